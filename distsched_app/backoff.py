@@ -1,0 +1,42 @@
+"""Retry delay: capped exponential backoff with optional jitter.
+
+Pure: the caller adds the delay to its own ``now``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+
+def retry_delay(
+    attempts: int,
+    *,
+    base: float,
+    cap: float,
+    jitter: float = 0.0,
+    rand: Callable[[], float] = random.random,
+) -> float:
+    """Seconds to wait before retrying after failed attempt number ``attempts`` (1-based).
+
+    ``min(base * 2**(attempts - 1), cap)``, then, if ``jitter > 0``, plus up to
+    ``jitter`` times that much (so retries of many runs that failed together
+    spread out instead of hammering a recovering dependency at once). ``rand``
+    returns a float in [0, 1); it is injectable so tests pin the exact delay
+    without patching the ``random`` module.
+    """
+    if attempts < 1:
+        raise ValueError(f"attempts counts the attempt that just failed, so it is >= 1, not {attempts!r}")
+    if base < 0 or cap < 0 or jitter < 0:
+        raise ValueError("base, cap and jitter must not be negative")
+    try:
+        # ldexp(base, n) is base * 2**n without building a huge int; past the
+        # float range the cap wins anyway (attempts=5000 must not raise).
+        raw = math.ldexp(base, attempts - 1)
+    except OverflowError:
+        raw = math.inf
+    delay = min(raw, cap)
+    if jitter > 0:
+        delay += delay * jitter * rand()
+    return float(delay)

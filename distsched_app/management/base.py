@@ -1,0 +1,57 @@
+"""Shared plumbing for distsched's commands: one-line errors, typed argument parsers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+
+class OneLineParser(CommandParser):
+    """Argument errors as one line on stderr and exit status 2, never a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        if self.called_from_command_line:
+            sys.stderr.write(f"{self.prog}: error: {message}\n")
+            sys.exit(2)
+        raise CommandError(f"Error: {message}")
+
+
+class DistschedCommand(BaseCommand):
+    """Subclasses declare options in ``add_command_arguments``."""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        # Swap the class before options (and subparsers, which copy it) are added.
+        parser.__class__ = OneLineParser
+        self.add_command_arguments(parser)
+
+    def add_command_arguments(self, parser: CommandParser) -> None:
+        pass
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def queue_list(text: str) -> list[str]:
+    queues = [q.strip() for q in text.split(",") if q.strip()]
+    if not queues:
+        raise argparse.ArgumentTypeError("give at least one queue name, e.g. --queues default,emails")
+    return queues

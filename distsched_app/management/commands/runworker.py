@@ -1,0 +1,47 @@
+"""``manage.py runworker``: execute due runs until stopped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...worker import Worker
+from ..base import DistschedCommand, positive_float, positive_int, queue_list
+
+
+class Command(DistschedCommand):
+    help = "Run a distsched worker: claim due runs with a lease, execute them, record the outcome."
+
+    def add_command_arguments(self, parser: Any) -> None:
+        parser.add_argument("--worker-id", help="Stable id for this worker (default: host-pid-random).")
+        parser.add_argument("--queues", type=queue_list, default=None,
+                            help="Comma-separated queues to serve (default: default).")
+        parser.add_argument("--lease-seconds", type=positive_float, default=None,
+                            help="Lease length; another worker may take a run after it expires.")
+        parser.add_argument("--heartbeat-seconds", type=positive_float, default=None,
+                            help="Heartbeat and lease-renewal period.")
+        parser.add_argument("--poll-interval", type=positive_float, default=None,
+                            help="Seconds to wait when nothing is due.")
+        parser.add_argument("--with-tick", action="store_true",
+                            help="Also tick schedules (safe with several tickers).")
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument("--once", action="store_true", help="Execute at most one run, then exit 0.")
+        mode.add_argument("--burst", action="store_true", help="Execute until nothing is due, then exit 0.")
+        parser.add_argument("--max-runs", type=positive_int, default=None,
+                            help="Exit after this many executions, whatever their outcome.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        worker = Worker(
+            worker_id=options["worker_id"],
+            queues=options["queues"],
+            lease_seconds=options["lease_seconds"],
+            heartbeat_seconds=options["heartbeat_seconds"],
+            poll_interval=options["poll_interval"],
+            with_tick=options["with_tick"],
+        )
+        if options["once"]:
+            try:
+                worker.run_once()
+            finally:
+                worker.run(max_runs=0, install_signals=False)  # records the stopped status
+            return
+        worker.run(max_runs=options["max_runs"], burst=options["burst"])

@@ -1,0 +1,271 @@
+"""Durable state: schedules, runs, workers and the append-only run history.
+
+Fields, states, constraints, indexes and the QuerySet vocabulary the services
+use (``due``, ``claimable``, ``stale``). Transitions live in ``services``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import models
+from django.db.models import Q
+
+
+class ScheduleKind(models.TextChoices):
+    ONCE = "once", "once"
+    INTERVAL = "interval", "interval"
+    CRON = "cron", "cron"
+
+
+class CatchUp(models.TextChoices):
+    SKIP = "skip", "skip"
+    ONE = "one", "one"
+    ALL = "all", "all"
+
+
+class Overlap(models.TextChoices):
+    ALLOW = "allow", "allow"
+    SKIP = "skip", "skip"
+
+
+class RunState(models.TextChoices):
+    PENDING = "pending", "pending"
+    LEASED = "leased", "leased"
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    RETRYING = "retrying", "retrying"
+    DEAD = "dead", "dead"
+    CANCELLED = "cancelled", "cancelled"
+    SKIPPED = "skipped", "skipped"
+
+
+WAITING_STATES = (RunState.PENDING, RunState.RETRYING)
+LEASED_STATES = (RunState.LEASED, RunState.RUNNING)
+ACTIVE_STATES = WAITING_STATES + LEASED_STATES
+TERMINAL_STATES = (RunState.SUCCEEDED, RunState.DEAD, RunState.CANCELLED, RunState.SKIPPED)
+
+
+class Origin(models.TextChoices):
+    SCHEDULE = "schedule", "schedule"
+    MANUAL = "manual", "manual"
+
+
+class WorkerStatus(models.TextChoices):
+    ACTIVE = "active", "active"
+    STOPPING = "stopping", "stopping"
+    STOPPED = "stopped", "stopped"
+
+
+class EventType(models.TextChoices):
+    CREATED = "created", "created"
+    CLAIMED = "claimed", "claimed"
+    STARTED = "started", "started"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    RETRY_SCHEDULED = "retry_scheduled", "retry scheduled"
+    LEASE_EXPIRED = "lease_expired", "lease expired"
+    MARKED_DEAD = "marked_dead", "marked dead"
+    CANCEL_REQUESTED = "cancel_requested", "cancel requested"
+    CANCELLED = "cancelled", "cancelled"
+    REQUEUED = "requeued", "requeued"
+    LEASE_LOST = "lease_lost", "lease lost"
+    SKIPPED = "skipped", "skipped"
+
+
+class ScheduleQuerySet(models.QuerySet):
+    def due(self, now: datetime) -> ScheduleQuerySet:
+        """Active schedules whose next slot has come."""
+        return self.filter(paused=False, next_run_at__isnull=False, next_run_at__lte=now)
+
+    def overdue(self, now: datetime, grace_seconds: float) -> ScheduleQuerySet:
+        """Due for longer than ``grace_seconds``: no ticker is running."""
+        return self.due(now - timedelta(seconds=grace_seconds))
+
+
+class Schedule(models.Model):
+    name = models.SlugField(max_length=100, unique=True)
+    task_name = models.CharField(max_length=200)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    kind = models.CharField(max_length=10, choices=ScheduleKind.choices)
+    interval_seconds = models.PositiveIntegerField(null=True, blank=True)
+    cron = models.CharField(max_length=200, blank=True, default="")
+    timezone = models.CharField(max_length=64, default="UTC")
+    run_at = models.DateTimeField(null=True, blank=True)
+    start_at = models.DateTimeField(null=True, blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    paused = models.BooleanField(default=False)
+    max_attempts = models.PositiveIntegerField(default=3)
+    retry_base_seconds = models.FloatField(default=10)
+    retry_max_seconds = models.FloatField(default=3600)
+    retry_jitter = models.FloatField(
+        default=0, help_text="Extra random delay, as a fraction of the backoff (0 = none)."
+    )
+    catch_up = models.CharField(max_length=5, choices=CatchUp.choices, default=CatchUp.ONE)
+    overlap = models.CharField(max_length=5, choices=Overlap.choices, default=Overlap.ALLOW)
+    queue = models.CharField(max_length=100, default="default")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    objects = ScheduleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [
+            # The tick's query: active schedules by next slot.
+            models.Index(
+                fields=["next_run_at"],
+                name="distsched_sched_due",
+                condition=Q(paused=False, next_run_at__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RunQuerySet(models.QuerySet):
+    def waiting(self, now: datetime, queues: list[str] | tuple[str, ...] | None = None) -> RunQuerySet:
+        """Pending or retrying runs whose time has come, oldest slot first."""
+        qs = self.filter(state__in=WAITING_STATES, available_at__lte=now)
+        if queues:
+            qs = qs.filter(queue__in=list(queues))
+        return qs.order_by("available_at", "id")
+
+    def lease_expired(self, now: datetime, queues: list[str] | tuple[str, ...] | None = None) -> RunQuerySet:
+        """Leased or running runs whose owner missed its lease deadline."""
+        qs = self.filter(state__in=LEASED_STATES, lease_expires_at__lte=now)
+        if queues:
+            qs = qs.filter(queue__in=list(queues))
+        return qs.order_by("lease_expires_at", "id")
+
+    def active(self) -> RunQuerySet:
+        return self.filter(state__in=ACTIVE_STATES)
+
+    def terminal(self) -> RunQuerySet:
+        return self.filter(state__in=TERMINAL_STATES)
+
+
+class Run(models.Model):
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
+    task_name = models.CharField(max_length=200)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=10, choices=RunState.choices, default=RunState.PENDING)
+    # The slot this run stands for; never changes, so it keys the run's identity.
+    scheduled_for = models.DateTimeField()
+    # When the run may next be claimed: the slot, or the end of a retry backoff.
+    available_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=3)
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    queue = models.CharField(max_length=100, default="default")
+    origin = models.CharField(max_length=10, choices=Origin.choices, default=Origin.SCHEDULE)
+    idempotency_key = models.CharField(max_length=255, db_index=True)
+    cancel_requested = models.BooleanField(default=False)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            # Two tickers can never generate the same slot twice.
+            models.UniqueConstraint(
+                fields=["schedule", "scheduled_for"],
+                condition=Q(origin="schedule"),
+                name="distsched_run_unique_slot",
+            ),
+        ]
+        indexes = [
+            # The claim query: waiting runs by queue and due time.
+            models.Index(
+                fields=["queue", "available_at", "id"],
+                name="distsched_run_waiting",
+                condition=Q(state__in=["pending", "retrying"]),
+            ),
+            # Lease recovery: leased/running runs by deadline.
+            models.Index(
+                fields=["lease_expires_at"],
+                name="distsched_run_leased",
+                condition=Q(state__in=["leased", "running"]),
+            ),
+            # Lists filtered by state, newest first.
+            models.Index(fields=["state", "-id"], name="distsched_run_state_id"),
+            models.Index(fields=["schedule", "-id"], name="distsched_run_sched_id"),
+            models.Index(fields=["finished_at"], name="distsched_run_finished"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.task_name}, {self.state})"
+
+    @property
+    def fencing_token(self) -> str:
+        return f"{self.pk}:{self.attempts}"
+
+
+class WorkerQuerySet(models.QuerySet):
+    def stale(self, now: datetime, stale_after_seconds: float) -> WorkerQuerySet:
+        """Not stopped, but silent for longer than ``stale_after_seconds``."""
+        cutoff = now - timedelta(seconds=stale_after_seconds)
+        return self.exclude(status=WorkerStatus.STOPPED).filter(heartbeat_at__lt=cutoff)
+
+    def alive(self, now: datetime, stale_after_seconds: float) -> WorkerQuerySet:
+        cutoff = now - timedelta(seconds=stale_after_seconds)
+        return self.exclude(status=WorkerStatus.STOPPED).filter(heartbeat_at__gte=cutoff)
+
+
+class Worker(models.Model):
+    worker_id = models.CharField(max_length=200, primary_key=True)
+    hostname = models.CharField(max_length=255, blank=True, default="")
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    queues = models.JSONField(default=list, blank=True)
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    status = models.CharField(max_length=10, choices=WorkerStatus.choices, default=WorkerStatus.ACTIVE)
+    current_run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
+    )
+    clock_skew_seconds = models.FloatField(null=True, blank=True)
+    runs_executed = models.PositiveBigIntegerField(default=0)
+
+    objects = WorkerQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["worker_id"]
+
+    def __str__(self) -> str:
+        return self.worker_id
+
+    def is_stale(self, now: datetime, stale_after_seconds: float) -> bool:
+        if self.status == WorkerStatus.STOPPED:
+            return False
+        return self.heartbeat_at < now - timedelta(seconds=stale_after_seconds)
+
+
+class RunEvent(models.Model):
+    """Append-only history of a run; written only by ``services.events``."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    event_type = models.CharField(max_length=20, choices=EventType.choices)
+    message = models.TextField(blank=True, default="")
+    worker_id = models.CharField(max_length=200, blank=True, default="")
+    attempt = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["run", "id"], name="distsched_event_run"),
+            models.Index(fields=["event_type", "created_at"], name="distsched_event_type_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} (run {self.run_id})"

@@ -1,0 +1,103 @@
+"""The task registry: the only way a stored ``task_name`` becomes code.
+
+Runs name tasks by their registered name, never by a dotted import path, so
+stored data can only ever execute functions that some installed app's
+``tasks`` module registered with ``@task``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+from .errors import DuplicateTask, UnknownTask
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+TASK_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskEntry:
+    name: str
+    func: Callable[..., Any]
+    accepts_context: bool
+
+
+def _accepts_context(func: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    # Only an explicit ``context`` parameter: a ``**kwargs`` task that forwards
+    # its arguments elsewhere should not receive a surprise keyword.
+    return any(p.name == "context" and p.kind is not inspect.Parameter.POSITIONAL_ONLY for p in params)
+
+
+def _identity(func: Callable[..., Any]) -> tuple[str, str]:
+    return (getattr(func, "__module__", ""), getattr(func, "__qualname__", repr(func)))
+
+
+class TaskRegistry:
+    """Name -> function. Re-registering the same function is harmless."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, TaskEntry] = {}
+        self._lock = threading.Lock()
+
+    def register(self, name: str, func: Callable[..., Any]) -> TaskEntry:
+        if not isinstance(name, str) or not TASK_NAME_RE.match(name):
+            raise DuplicateTask(f"invalid task name {name!r}: use 1-200 of A-Z a-z 0-9 _ . : -")
+        with self._lock:
+            existing = self._tasks.get(name)
+            if existing is not None and _identity(existing.func) != _identity(func):
+                raise DuplicateTask(f"task {name!r} is already registered by {existing.func!r}")
+            entry = TaskEntry(name=name, func=func, accepts_context=_accepts_context(func))
+            self._tasks[name] = entry
+            return entry
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            self._tasks.pop(name, None)
+
+    def get(self, name: str) -> TaskEntry:
+        try:
+            return self._tasks[name]
+        except KeyError:
+            raise UnknownTask(f"no task registered as {name!r}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+    def names(self) -> list[str]:
+        return sorted(self._tasks)
+
+
+registry = TaskRegistry()
+
+
+@overload
+def task(name: F) -> F: ...
+@overload
+def task(name: str | None = None) -> Callable[[F], F]: ...
+
+
+def task(name: Any = None) -> Any:
+    """Register a function as a task: ``@task("send_summary")`` or bare ``@task``.
+
+    A bare ``@task`` registers the function under ``module.qualname``.
+    """
+    if callable(name):
+        func = name
+        registry.register(f"{func.__module__}.{func.__qualname__}", func)
+        return func
+
+    def decorator(func: F) -> F:
+        registry.register(name or f"{func.__module__}.{func.__qualname__}", func)
+        return func
+
+    return decorator

@@ -1,0 +1,164 @@
+"""Schedule lifecycle: create, read, update, delete, pause, resume, trigger."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from ..errors import DuplicateName, ScheduleNotFound, ValidationError
+from ..models import EventType, Origin, Run, RunState, Schedule, ScheduleKind
+from ..recurrence import Recurrence, first_slot, upcoming
+from . import events
+from .validation import validate_name, validate_schedule_fields
+
+RECURRENCE_FIELDS = frozenset({"kind", "interval_seconds", "cron", "timezone", "run_at", "start_at"})
+UPDATABLE_FIELDS = frozenset(
+    {
+        "task_name", "args", "kwargs", "kind", "interval_seconds", "cron", "timezone", "run_at",
+        "start_at", "paused", "max_attempts", "retry_base_seconds", "retry_max_seconds",
+        "retry_jitter", "catch_up", "overlap", "queue",
+    }
+)
+
+
+def recurrence_of(schedule: Schedule) -> Recurrence:
+    return Recurrence(
+        kind=schedule.kind,
+        interval_seconds=schedule.interval_seconds,
+        cron=schedule.cron,
+        timezone=schedule.timezone,
+        run_at=schedule.run_at,
+    )
+
+
+def upcoming_fire_times(schedule: Schedule, count: int = 5) -> list[datetime]:
+    """The next ``count`` fire times, starting at ``next_run_at``."""
+    return upcoming(recurrence_of(schedule), schedule.next_run_at, count)
+
+
+def get_schedule(name: str) -> Schedule:
+    try:
+        return Schedule.objects.get(name=name)
+    except Schedule.DoesNotExist:
+        raise ScheduleNotFound(f"no schedule named {name!r}") from None
+
+
+def list_schedules(*, paused: bool | None = None) -> list[Schedule]:
+    qs = Schedule.objects.all()
+    if paused is not None:
+        qs = qs.filter(paused=paused)
+    return list(qs)
+
+
+def create_schedule(*, name: str, task_name: str, now: datetime, **options: Any) -> Schedule:
+    """Validate everything, then insert the schedule with its first ``next_run_at``."""
+    unknown = set(options) - UPDATABLE_FIELDS
+    if unknown:
+        raise ValidationError(f"unknown schedule option(s): {', '.join(sorted(unknown))}")
+    validate_name(name)
+    fields = validate_schedule_fields({"task_name": task_name, **options}, now=now)
+    schedule = Schedule(name=name, created_at=now, updated_at=now, **fields)
+    schedule.next_run_at = first_slot(recurrence_of(schedule), now=now, start_at=schedule.start_at)
+    try:
+        with transaction.atomic():
+            schedule.save(force_insert=True)
+    except IntegrityError:
+        # The unique index decides, even when two creators race.
+        if Schedule.objects.filter(name=name).exists():
+            raise DuplicateName(f"a schedule named {name!r} already exists") from None
+        raise
+    return schedule
+
+
+def update_schedule(name: str, *, now: datetime, **changes: Any) -> Schedule:
+    """Change fields; a changed recurrence restarts from ``now``."""
+    unknown = set(changes) - UPDATABLE_FIELDS
+    if unknown:
+        raise ValidationError(f"unknown or read-only field(s): {', '.join(sorted(unknown))}")
+    with transaction.atomic():
+        schedule = _locked(name)
+        current = {f: getattr(schedule, f) for f in UPDATABLE_FIELDS}
+        kind_fields = {"interval_seconds", "cron", "run_at"}
+        if kind_fields & set(changes):
+            # Switching kind: the fields of the old kind are cleared unless given.
+            for f in kind_fields - set(changes):
+                current[f] = None
+            if "kind" not in changes:
+                current["kind"] = None
+        merged = {**current, **changes}
+        fields = validate_schedule_fields(merged, now=now, check_run_at="run_at" in changes)
+        recurrence_changed = any(fields[f] != current.get(f) for f in RECURRENCE_FIELDS if f in fields)
+        for key, value in fields.items():
+            setattr(schedule, key, value)
+        if recurrence_changed:
+            if schedule.kind == ScheduleKind.ONCE and schedule.run_at < now:
+                schedule.next_run_at = None
+            else:
+                schedule.next_run_at = first_slot(recurrence_of(schedule), now=now, start_at=schedule.start_at)
+        schedule.updated_at = now
+        schedule.save()
+    return schedule
+
+
+def delete_schedule(name: str) -> None:
+    """Delete the schedule and, with it, its runs and their history."""
+    with transaction.atomic():
+        schedule = _locked(name)
+        schedule.delete()
+
+
+def pause_schedule(name: str, *, now: datetime) -> Schedule:
+    """Stop generating runs; runs already created carry on."""
+    return _set_paused(name, True, now=now)
+
+
+def resume_schedule(name: str, *, now: datetime) -> Schedule:
+    """Generate runs again. ``next_run_at`` is kept: the next tick applies the
+    schedule's catch-up policy to the slots missed while paused, so resuming
+    never floods."""
+    return _set_paused(name, False, now=now)
+
+
+def _set_paused(name: str, paused: bool, *, now: datetime) -> Schedule:
+    with transaction.atomic():
+        schedule = _locked(name)
+        if schedule.paused != paused:
+            schedule.paused = paused
+            schedule.updated_at = now
+            schedule.save(update_fields=["paused", "updated_at"])
+    return schedule
+
+
+def trigger_schedule(name: str, *, now: datetime, message: str = "triggered manually") -> Run:
+    """Create one manual run now, whatever the schedule's state or slots."""
+    with transaction.atomic():
+        schedule = get_schedule(name)
+        run = Run(
+            schedule=schedule,
+            task_name=schedule.task_name,
+            args=schedule.args,
+            kwargs=schedule.kwargs,
+            state=RunState.PENDING,
+            scheduled_for=now,
+            available_at=now,
+            max_attempts=schedule.max_attempts,
+            queue=schedule.queue,
+            origin=Origin.MANUAL,
+            idempotency_key="manual:pending",
+            created_at=now,
+            updated_at=now,
+        )
+        run.save(force_insert=True)
+        run.idempotency_key = f"manual:{run.pk}"
+        Run.objects.filter(pk=run.pk).update(idempotency_key=run.idempotency_key)
+        events.record(run, EventType.CREATED, now=now, message=message)
+    return run
+
+
+def _locked(name: str) -> Schedule:
+    try:
+        return Schedule.objects.select_for_update().get(name=name)
+    except Schedule.DoesNotExist:
+        raise ScheduleNotFound(f"no schedule named {name!r}") from None

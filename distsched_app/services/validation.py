@@ -1,0 +1,196 @@
+"""Central validation of schedule input: typed errors, before anything is written."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import datetime
+from typing import Any
+
+from ..conf import conf
+from ..errors import (
+    InvalidInterval,
+    InvalidName,
+    InvalidPayload,
+    InvalidScheduleSpec,
+    RunAtInPast,
+    ValidationError,
+)
+from ..models import CatchUp, Overlap, ScheduleKind
+from ..recurrence import get_zone, validate_cron
+from ..registry import registry
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+NAME_MAX = 100
+QUEUE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+MAX_INTERVAL_SECONDS = 10 * 366 * 86400
+MAX_ATTEMPTS_LIMIT = 1000
+
+
+def validate_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidName("name is required")
+    if len(name) > NAME_MAX:
+        raise InvalidName(f"name is longer than {NAME_MAX} characters")
+    if not NAME_RE.match(name):
+        raise InvalidName("name may contain only letters, digits, '-' and '_' (a slug)")
+    return name
+
+
+def validate_task_name(task_name: Any) -> str:
+    if not isinstance(task_name, str) or not task_name:
+        raise ValidationError("task_name is required", field="task_name")
+    registry.get(task_name)  # raises UnknownTask
+    return task_name
+
+
+def _depth(value: Any, limit: int, field: str, level: int = 1) -> None:
+    if level > limit:
+        raise InvalidPayload(f"{field} is nested deeper than {limit} levels", field=field)
+    if isinstance(value, dict):
+        for item in value.values():
+            _depth(item, limit, field, level + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _depth(item, limit, field, level + 1)
+
+
+def validate_payload(value: Any, *, field: str) -> Any:
+    """args must be a JSON list, kwargs a JSON object; bounded in size and depth."""
+    expected = list if field == "args" else dict
+    if value is None:
+        return expected()
+    if field == "args" and isinstance(value, tuple):
+        value = list(value)
+    if not isinstance(value, expected):
+        kind = "a list" if expected is list else "an object"
+        raise InvalidPayload(f"{field} must be a JSON {kind}", field=field)
+    if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
+        raise InvalidPayload(f"{field} keys must be strings", field=field)
+    _depth(value, conf.MAX_PAYLOAD_DEPTH, field)
+    try:
+        encoded = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"{field} is not JSON-serialisable: {exc}", field=field) from None
+    limit = conf.MAX_PAYLOAD_BYTES
+    if len(encoded.encode()) > limit:
+        raise InvalidPayload(f"{field} is larger than {limit} bytes", field=field)
+    return json.loads(encoded)
+
+
+def parse_datetime(value: Any, *, field: str) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValidationError(f"{field} is not an ISO 8601 datetime", field=field) from None
+    if not isinstance(value, datetime):
+        raise ValidationError(f"{field} must be a datetime", field=field)
+    if value.tzinfo is None:
+        raise ValidationError(f"{field} needs a time zone offset (e.g. 'Z' or '+00:00')", field=field)
+    return value
+
+
+def _int(value: Any, *, field: str, low: int, high: int, error: type[ValidationError] = ValidationError) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+        isinstance(value, float) and not value.is_integer()
+    ):
+        raise error(f"{field} must be a whole number", field=field)
+    value = int(value)
+    if not low <= value <= high:
+        raise error(f"{field} must be between {low} and {high}", field=field)
+    return value
+
+
+def _float(value: Any, *, field: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(f"{field} must be a number", field=field)
+    if not low <= value <= high:
+        raise ValidationError(f"{field} must be between {low} and {high}", field=field)
+    return float(value)
+
+
+def _choice(value: Any, choices: type, *, field: str) -> str:
+    if value not in choices.values:
+        raise ValidationError(f"{field} must be one of {', '.join(choices.values)}", field=field)
+    return value
+
+
+def validate_schedule_fields(data: dict[str, Any], *, now: datetime, check_run_at: bool = True) -> dict[str, Any]:
+    """Normalise a full set of schedule fields or raise the first error found.
+
+    Returns a dict ready to assign to a Schedule. ``kind`` is inferred from
+    which of interval_seconds / cron / run_at is given when not set.
+    """
+    out: dict[str, Any] = {}
+    out["task_name"] = validate_task_name(data.get("task_name"))
+    out["args"] = validate_payload(data.get("args"), field="args")
+    out["kwargs"] = validate_payload(data.get("kwargs"), field="kwargs")
+
+    interval = data.get("interval_seconds")
+    cron = data.get("cron") or ""
+    run_at = parse_datetime(data.get("run_at"), field="run_at")
+    given = [k for k, v in (("interval", interval), ("cron", cron), ("once", run_at)) if v not in (None, "")]
+    kind = data.get("kind") or (given[0] if len(given) == 1 else None)
+    if len(given) != 1 or kind not in ScheduleKind.values or given[0] != kind:
+        raise InvalidScheduleSpec(
+            "give exactly one of interval_seconds (interval), cron (cron) or run_at (once)"
+        )
+    out["kind"] = kind
+    out["interval_seconds"] = None
+    out["cron"] = ""
+    out["run_at"] = None
+    if kind == ScheduleKind.INTERVAL:
+        out["interval_seconds"] = _int(
+            interval, field="interval_seconds", low=1, high=MAX_INTERVAL_SECONDS, error=InvalidInterval
+        )
+    elif kind == ScheduleKind.CRON:
+        if not isinstance(cron, str):
+            raise ValidationError("cron must be a string", field="cron")
+        out["cron"] = validate_cron(cron)
+    else:
+        if check_run_at and run_at < now:
+            raise RunAtInPast(f"run_at {run_at.isoformat()} is in the past")
+        out["run_at"] = run_at
+
+    tz = data.get("timezone") or "UTC"
+    if not isinstance(tz, str):
+        raise ValidationError("timezone must be a string", field="timezone")
+    get_zone(tz)
+    out["timezone"] = tz
+    start_at = parse_datetime(data.get("start_at"), field="start_at")
+    if start_at is not None and kind == ScheduleKind.ONCE:
+        raise ValidationError("start_at applies to interval and cron schedules; use run_at", field="start_at")
+    out["start_at"] = start_at
+
+    max_attempts = data.get("max_attempts")
+    out["max_attempts"] = _int(
+        conf.MAX_ATTEMPTS if max_attempts is None else max_attempts,
+        field="max_attempts", low=1, high=MAX_ATTEMPTS_LIMIT,
+    )
+    base = data.get("retry_base_seconds")
+    out["retry_base_seconds"] = _float(
+        conf.RETRY_BASE_SECONDS if base is None else base, field="retry_base_seconds", low=0, high=86400 * 30
+    )
+    cap = data.get("retry_max_seconds")
+    out["retry_max_seconds"] = _float(
+        conf.RETRY_MAX_SECONDS if cap is None else cap, field="retry_max_seconds", low=0, high=86400 * 365
+    )
+    if out["retry_max_seconds"] < out["retry_base_seconds"]:
+        raise ValidationError("retry_max_seconds must be at least retry_base_seconds", field="retry_max_seconds")
+    jitter = data.get("retry_jitter")
+    out["retry_jitter"] = _float(0 if jitter is None else jitter, field="retry_jitter", low=0, high=1)
+    out["catch_up"] = _choice(data.get("catch_up") or conf.CATCH_UP, CatchUp, field="catch_up")
+    out["overlap"] = _choice(data.get("overlap") or Overlap.ALLOW, Overlap, field="overlap")
+    queue = data.get("queue") or "default"
+    if not isinstance(queue, str) or not QUEUE_RE.match(queue):
+        raise ValidationError("queue may contain only letters, digits, '.', '-' and '_' (1-100)", field="queue")
+    out["queue"] = queue
+    paused = data.get("paused", False)
+    if not isinstance(paused, bool):
+        raise ValidationError("paused must be true or false", field="paused")
+    out["paused"] = paused
+    return out

@@ -1,0 +1,68 @@
+"""Worker registration, heartbeat and liveness."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.db import transaction
+
+from ..conf import conf
+from ..models import Worker, WorkerStatus
+
+
+def register_worker(
+    *, worker_id: str, hostname: str, pid: int, queues: Sequence[str], now: datetime
+) -> Worker:
+    """Upsert the worker row at start (a restarted worker reuses its id)."""
+    with transaction.atomic():
+        worker, _ = Worker.objects.update_or_create(
+            worker_id=worker_id,
+            defaults={
+                "hostname": hostname, "pid": pid, "queues": list(queues), "started_at": now,
+                "heartbeat_at": now, "status": WorkerStatus.ACTIVE, "current_run": None,
+                "clock_skew_seconds": None, "runs_executed": 0,
+            },
+        )
+    return worker
+
+
+def heartbeat(
+    *,
+    worker_id: str,
+    now: datetime,
+    status: str | None = None,
+    current_run_id: int | None = None,
+    runs_executed: int | None = None,
+    clock_skew_seconds: float | None = None,
+) -> bool:
+    """Move ``heartbeat_at``; False if the row is gone (the caller re-registers)."""
+    changes: dict[str, object] = {"heartbeat_at": now, "current_run_id": current_run_id}
+    if status is not None:
+        changes["status"] = status
+    if runs_executed is not None:
+        changes["runs_executed"] = runs_executed
+    if clock_skew_seconds is not None:
+        changes["clock_skew_seconds"] = clock_skew_seconds
+    with transaction.atomic():
+        return bool(Worker.objects.filter(worker_id=worker_id).update(**changes))
+
+
+def set_status(*, worker_id: str, status: str, now: datetime) -> None:
+    with transaction.atomic():
+        changes: dict[str, object] = {"status": status, "heartbeat_at": now}
+        if status == WorkerStatus.STOPPED:
+            changes["current_run"] = None
+        Worker.objects.filter(worker_id=worker_id).update(**changes)
+
+
+def list_workers() -> list[Worker]:
+    return list(Worker.objects.all())
+
+
+def stale_workers(*, now: datetime) -> list[Worker]:
+    return list(Worker.objects.stale(now, conf.STALE_AFTER_SECONDS))
+
+
+def is_stale(worker: Worker, *, now: datetime) -> bool:
+    return worker.is_stale(now, conf.STALE_AFTER_SECONDS)

@@ -1,0 +1,71 @@
+"""Helpers to run real worker and ticker processes against the test database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def database_url() -> str:
+    """A DATABASE_URL that points child processes at the current test database."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{Path(s['NAME']).resolve()}"
+    user = s.get("USER") or "postgres"
+    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
+    host = s.get("HOST") or "127.0.0.1"
+    port = s.get("PORT") or 5432
+    return f"postgres://{user}{password}@{host}:{port}/{s['NAME']}"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=database_url(),
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        PYTHONUNBUFFERED="1",
+        DISTSCHED_LOG_LEVEL=env.get("DISTSCHED_LOG_LEVEL", "WARNING"),
+    )
+    env.update(extra)
+    return env
+
+
+def manage(*args: str, **popen_kwargs) -> subprocess.Popen:
+    popen_kwargs.setdefault("stdout", subprocess.PIPE)
+    popen_kwargs.setdefault("stderr", subprocess.PIPE)
+    popen_kwargs.setdefault("text", True)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=child_env(), **popen_kwargs
+    )
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    """Poll with a bounded timeout (never an unbounded sleep)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def finish(procs: list[subprocess.Popen], timeout: float) -> list[tuple[int, str, str]]:
+    """Wait for every process; kill stragglers. Returns (returncode, stdout, stderr)."""
+    out = []
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        try:
+            stdout, stderr = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            stdout, stderr = p.communicate()
+        out.append((p.returncode, stdout, stderr))
+    return out

@@ -1,0 +1,69 @@
+"""Shared fixtures: a fake clock, a scheduler bound to it, schedule factories."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from django.db import connection
+
+from distsched_app import FakeClock, Scheduler
+from tests.testapp import tasks as test_tasks
+
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
+
+
+def is_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+@pytest.fixture
+def scheduler(clock: FakeClock) -> Scheduler:
+    return Scheduler(clock=clock)
+
+
+@pytest.fixture(autouse=True)
+def _reset_test_tasks():
+    test_tasks.CALLS.clear()
+    test_tasks.HOOKS.clear()
+    yield
+    test_tasks.CALLS.clear()
+    test_tasks.HOOKS.clear()
+
+
+@pytest.fixture
+def make_schedule(scheduler: Scheduler):
+    """Create a schedule with sensible defaults: ``make_schedule("s1", interval_seconds=60)``."""
+
+    def make(name: str = "s1", task_name: str = "tests.noop", **options):
+        if not {"interval_seconds", "cron", "run_at"} & set(options):
+            options["interval_seconds"] = 60
+        return scheduler.create_schedule(name=name, task_name=task_name, **options)
+
+    return make
+
+
+def pytest_collection_modifyitems(config, items):
+    postgres = connection.settings_dict["ENGINE"].endswith("postgresql")
+    skip = pytest.mark.skip(reason="PostgreSQL-only test; DATABASE_URL points at SQLite")
+    for item in items:
+        if "postgres" in item.keywords and not postgres:
+            item.add_marker(skip)
+
+
+def pytest_sessionstart(session):
+    """CI names the database it expects, so a leg can never silently run on the wrong one."""
+    import os
+
+    expected = os.environ.get("DISTSCHED_REQUIRE_VENDOR")
+    if expected:
+        from django.conf import settings
+
+        engine = settings.DATABASES["default"]["ENGINE"]
+        if not engine.endswith(expected):
+            raise pytest.UsageError(f"DISTSCHED_REQUIRE_VENDOR={expected} but the database engine is {engine}")

@@ -1,0 +1,169 @@
+"""The tick: due schedules become runs, exactly once per slot, per catch-up and overlap policy."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from distsched_app.models import EventType, Run, RunEvent, RunState, Schedule
+from tests.conftest import T0
+
+pytestmark = pytest.mark.django_db
+
+
+def slots(name: str) -> list:
+    return list(Run.objects.filter(schedule__name=name).order_by("scheduled_for")
+                .values_list("scheduled_for", flat=True))
+
+
+def test_once_schedule_due_now_creates_one_run(scheduler, clock):
+    scheduler.create_schedule(name="now", task_name="tests.noop", run_at=T0)
+    created = scheduler.tick()
+    assert len(created) == 1
+    run = created[0]
+    assert (run.state, run.scheduled_for, run.idempotency_key) == (
+        RunState.PENDING, T0, f"now:{T0.isoformat()}")
+    assert Schedule.objects.get(name="now").next_run_at is None
+    clock.advance(seconds=3600)
+    assert scheduler.tick() == []
+
+
+def test_once_schedule_in_future_waits(scheduler, clock):
+    scheduler.create_schedule(name="later", task_name="tests.noop", run_at=T0 + timedelta(minutes=10))
+    assert scheduler.tick() == []
+    clock.advance(minutes=9, seconds=59)
+    assert scheduler.tick() == []
+    clock.advance(seconds=1)
+    assert len(scheduler.tick()) == 1
+
+
+def test_interval_advances_from_previous_slot_without_drift(scheduler, make_schedule, clock):
+    make_schedule("i", interval_seconds=60)
+    scheduler.tick()
+    # Tick late each time: slots stay on the T0 grid, not on tick times.
+    for late in (7, 59, 1):
+        clock.set(Schedule.objects.get(name="i").next_run_at + timedelta(seconds=late))
+        scheduler.tick()
+    assert slots("i") == [T0 + timedelta(seconds=60 * k) for k in range(4)]
+    assert Schedule.objects.get(name="i").next_run_at == T0 + timedelta(seconds=240)
+
+
+def test_tick_records_created_event(scheduler, make_schedule):
+    make_schedule("e")
+    [run] = scheduler.tick()
+    assert list(RunEvent.objects.filter(run=run).values_list("event_type", flat=True)) == [EventType.CREATED]
+
+
+def test_paused_schedule_creates_nothing(scheduler, make_schedule, clock):
+    make_schedule("p")
+    scheduler.pause("p")
+    clock.advance(hours=3)
+    assert scheduler.tick() == []
+    assert not Run.objects.exists()
+
+
+def test_resume_after_long_pause_does_not_flood(scheduler, make_schedule, clock):
+    make_schedule("r", interval_seconds=60)  # catch_up "one" by default
+    scheduler.pause("r")
+    clock.advance(hours=5)
+    scheduler.resume("r")
+    created = scheduler.tick()
+    assert len(created) == 1
+    assert created[0].scheduled_for == clock.now()  # the most recent slot
+    assert Schedule.objects.get(name="r").next_run_at == clock.now() + timedelta(seconds=60)
+
+
+def test_catch_up_one_after_outage(scheduler, make_schedule, clock):
+    make_schedule("one", interval_seconds=600, catch_up="one")
+    clock.advance(seconds=3600 + 30)  # slots T0, +10m, ... +60m missed: 7 slots
+    [run] = scheduler.tick()
+    assert run.scheduled_for == T0 + timedelta(seconds=3600)
+    created = RunEvent.objects.get(run=run, event_type=EventType.CREATED)
+    assert "6 missed slot(s)" in created.message
+    assert Schedule.objects.get(name="one").next_run_at == T0 + timedelta(seconds=4200)
+
+
+def test_catch_up_all_after_outage_is_capped(scheduler, make_schedule, clock, settings):
+    settings.DISTSCHED = {"MAX_CATCH_UP": 5}
+    make_schedule("all", interval_seconds=600, catch_up="all")
+    clock.advance(seconds=3600 + 30)  # 7 slots due
+    created = scheduler.tick()
+    assert [r.scheduled_for for r in created] == [T0 + timedelta(seconds=600 * k) for k in range(2, 7)]
+    first = RunEvent.objects.get(run=created[0], event_type=EventType.CREATED)
+    assert "2 missed slot(s)" in first.message
+
+
+def test_catch_up_all_within_cap_creates_every_slot(scheduler, make_schedule, clock):
+    make_schedule("all", interval_seconds=600, catch_up="all")
+    clock.advance(seconds=1800)
+    assert len(scheduler.tick()) == 4  # T0, +10, +20, +30 min
+
+
+def test_catch_up_skip_drops_a_long_outage(scheduler, make_schedule, clock):
+    make_schedule("skip", interval_seconds=600, catch_up="skip")
+    clock.advance(seconds=3600 + 120)  # most recent slot is 120 s old: beyond the 60 s grace
+    assert scheduler.tick() == []
+    assert Schedule.objects.get(name="skip").next_run_at == T0 + timedelta(seconds=4200)
+
+
+def test_catch_up_skip_keeps_a_slot_within_grace(scheduler, make_schedule, clock):
+    make_schedule("skip", interval_seconds=600, catch_up="skip")
+    clock.advance(seconds=3600 + 30)
+    [run] = scheduler.tick()
+    assert run.scheduled_for == T0 + timedelta(seconds=3600)
+
+
+def test_overlap_skip_records_skipped_slot_while_previous_active(scheduler, make_schedule, clock):
+    make_schedule("o", interval_seconds=60, overlap="skip")
+    [first] = scheduler.tick()
+    clock.advance(seconds=60)
+    [second] = scheduler.tick()
+    assert second.state == RunState.SKIPPED
+    assert second.finished_at == clock.now()
+    skipped = RunEvent.objects.get(run=second, event_type=EventType.SKIPPED)
+    assert "still active" in skipped.message
+    # Once the first run is terminal, the next slot is runnable again.
+    Run.objects.filter(pk=first.pk).update(state=RunState.SUCCEEDED)
+    clock.advance(seconds=60)
+    [third] = scheduler.tick()
+    assert third.state == RunState.PENDING
+
+
+def test_overlap_allow_creates_runnable_runs(scheduler, make_schedule, clock):
+    make_schedule("a", interval_seconds=60)
+    scheduler.tick()
+    clock.advance(seconds=60)
+    [second] = scheduler.tick()
+    assert second.state == RunState.PENDING
+
+
+def test_repeated_ticks_never_duplicate_a_slot(scheduler, make_schedule, clock):
+    make_schedule("d", interval_seconds=60)
+    for _ in range(5):
+        scheduler.tick()
+    assert Run.objects.count() == 1
+
+
+def test_slot_that_already_has_a_run_is_not_duplicated(scheduler, make_schedule):
+    make_schedule("back", interval_seconds=60)
+    scheduler.tick()
+    # An operator moves next_run_at back onto an existing slot: the unique constraint decides.
+    Schedule.objects.filter(name="back").update(next_run_at=T0)
+    assert scheduler.tick() == []
+    assert Run.objects.count() == 1
+
+
+def test_tick_processes_more_schedules_than_one_batch(scheduler, clock, settings):
+    settings.DISTSCHED = {"TICK_BATCH_SIZE": 3}
+    for i in range(8):
+        scheduler.create_schedule(name=f"b{i}", task_name="tests.noop", interval_seconds=60)
+    assert len(scheduler.tick()) == 8
+
+
+def test_cron_schedule_ticks_on_its_slots(scheduler, clock):
+    scheduler.create_schedule(name="c", task_name="tests.noop", cron="*/15 * * * *")
+    clock.advance(minutes=31)
+    [run] = scheduler.tick()  # catch-up one: most recent slot 09:30
+    assert run.scheduled_for == T0 + timedelta(minutes=30)
+    assert Schedule.objects.get(name="c").next_run_at == T0 + timedelta(minutes=45)

@@ -1,0 +1,69 @@
+"""Tasks used by the test suite (autodiscovered like any app's tasks module)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from distsched_app import RunContext, task
+from distsched_app.errors import RunCancelled
+
+CALLS: list[dict] = []
+
+
+@task("tests.noop")
+def noop() -> None:
+    return None
+
+
+@task("tests.echo")
+def echo(*args, **kwargs):
+    CALLS.append({"args": list(args), "kwargs": kwargs})
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@task("tests.fail")
+def fail(message: str = "boom") -> None:
+    raise ValueError(message)
+
+
+@task("tests.context")
+def with_context(context: RunContext) -> dict:
+    CALLS.append({"context": context})
+    return {"fencing_token": context.fencing_token, "idempotency_key": context.idempotency_key}
+
+
+@task("tests.record")
+def record(context: RunContext, sleep: float = 0.0, fail_attempts: int = 0) -> None:
+    """Write one row per execution; optionally sleep, optionally fail the first attempts."""
+    from .models import Execution
+
+    Execution.objects.create(
+        run_id=context.run_id, attempt=context.attempt, worker_id=context.worker_id, pid=os.getpid()
+    )
+    if sleep:
+        time.sleep(sleep)
+    if context.attempt <= fail_attempts:
+        raise RuntimeError(f"planned failure on attempt {context.attempt}")
+
+
+@task("tests.cancellable")
+def cancellable(context: RunContext, hook: str = "") -> str:
+    """Calls a test hook (which may request a cancel), then honours the request."""
+    if hook:
+        HOOKS[hook](context)
+    context.raise_if_cancelled()
+    return "finished"
+
+
+@task("tests.hook")
+def hook(name: str, context: RunContext):
+    return HOOKS[name](context)
+
+
+@task("tests.raise_cancelled")
+def raise_cancelled() -> None:
+    raise RunCancelled("task decided to stop")
+
+
+HOOKS: dict = {}
