@@ -65,5 +65,5 @@ def pytest_sessionstart(session):
         from django.conf import settings
 
         engine = settings.DATABASES["default"]["ENGINE"]
-        if not engine.endswith(expected):
+        if expected not in engine:
             raise pytest.UsageError(f"DISTSCHED_REQUIRE_VENDOR={expected} but the database engine is {engine}")
