@@ -27,7 +27,7 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
 
-from .clock import Clock, system_clock
+from .clock import Clock, SystemClock, system_clock
 from .conf import conf
 from .context import RunContext
 from .errors import RunCancelled
@@ -137,6 +137,19 @@ class Worker:
         )
         self._registered = True
         self._log(logging.INFO, "worker started", queues=",".join(self.queues), lease=self.lease_seconds)
+        skew = self.check_clock_skew()
+        if skew is not None:
+            workers.heartbeat(worker_id=self.worker_id, now=self.clock.now(), clock_skew_seconds=skew)
+
+    def check_clock_skew(self) -> float | None:
+        """Compare this machine's clock with the database's (PostgreSQL); warn past the limit."""
+        if not isinstance(self.clock, SystemClock):
+            return None  # an injected clock is the test's business
+        skew = workers.measure_clock_skew()
+        if skew is not None and abs(skew) > conf.MAX_CLOCK_SKEW_SECONDS:
+            self._log(logging.WARNING, "clock skew with the database exceeds MAX_CLOCK_SKEW_SECONDS",
+                      skew_seconds=f"{skew:.3f}", limit=conf.MAX_CLOCK_SKEW_SECONDS)
+        return skew
 
     def request_stop(self) -> None:
         """Finish the current run, claim nothing more. Safe from a signal handler."""
@@ -155,6 +168,7 @@ class Worker:
         alive = workers.heartbeat(
             worker_id=self.worker_id, now=now, status=status,
             current_run_id=current[0] if current else None, runs_executed=self.executed,
+            clock_skew_seconds=self.check_clock_skew(),
         )
         if not alive:
             self.register()

@@ -66,3 +66,24 @@ def stale_workers(*, now: datetime) -> list[Worker]:
 
 def is_stale(worker: Worker, *, now: datetime) -> bool:
     return worker.is_stale(now, conf.STALE_AFTER_SECONDS)
+
+
+def measure_clock_skew() -> float | None:
+    """Seconds this machine's clock is ahead of the database server's (PostgreSQL only).
+
+    Leases compare timestamps written by different machines, so a worker whose
+    clock runs ahead would see leases expire early. SQLite shares the machine's
+    clock, so there is nothing to measure. Half the round trip is allowed for.
+    """
+    from django.db import connection
+    from django.utils import timezone
+
+    if connection.vendor != "postgresql":
+        return None
+    before = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        (db_now,) = cursor.fetchone()
+    after = timezone.now()
+    local = before + (after - before) / 2
+    return (local - db_now).total_seconds()

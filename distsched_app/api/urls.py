@@ -1,0 +1,3 @@
+"""REST API routes (filled in by the API module)."""
+
+urlpatterns: list = []
