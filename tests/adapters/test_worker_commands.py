@@ -1,0 +1,87 @@
+"""``runworker`` and ``tick`` commands: arguments, exits, one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from distsched_app.models import Run, RunState, Schedule, Worker, WorkerStatus
+from tests.concurrency.procs import ROOT, child_env
+
+pytestmark = pytest.mark.django_db
+
+
+def manage_run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=child_env(),
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["runworker", "--lease-seconds", "0"],
+        ["runworker", "--lease-seconds", "abc"],
+        ["runworker", "--poll-interval", "-1"],
+        ["runworker", "--max-runs", "0"],
+        ["runworker", "--queues", ","],
+        ["runworker", "--once", "--burst"],
+        ["runworker", "--bogus"],
+        ["tick", "--interval", "0"],
+    ],
+)
+def test_bad_arguments_give_one_line_and_nonzero_exit(args):
+    result = manage_run(*args)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "error" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_bad_arguments_via_call_command_raise_command_error():
+    with pytest.raises(CommandError):
+        call_command("runworker", "--lease-seconds", "0")
+
+
+def test_tick_command_creates_runs(scheduler):
+    scheduler.create_schedule(name="c", task_name="tests.noop", interval_seconds=60, start_at="2020-01-01T00:00:00Z")
+    out = StringIO()
+    call_command("tick", stdout=out)
+    assert out.getvalue().strip() == "created 1 run(s)"
+    assert Run.objects.count() == 1
+
+
+def test_runworker_once_executes_one_run_and_exits(scheduler):
+    for name in ("a", "b"):
+        scheduler.create_schedule(name=name, task_name="tests.noop", interval_seconds=60,
+                                  start_at="2020-01-01T00:00:00Z")
+    call_command("tick", stdout=StringIO())
+    call_command("runworker", "--once", "--worker-id", "cmd-1")
+    assert Run.objects.filter(state=RunState.SUCCEEDED).count() == 1
+    assert Worker.objects.get(worker_id="cmd-1").status == WorkerStatus.STOPPED
+
+
+def test_runworker_once_with_nothing_due_exits_cleanly():
+    call_command("runworker", "--once", "--worker-id", "idle")
+    assert Worker.objects.get(worker_id="idle").status == WorkerStatus.STOPPED
+
+
+def test_runworker_burst_with_tick_drains_everything(scheduler):
+    for i in range(3):
+        scheduler.create_schedule(name=f"s{i}", task_name="tests.noop", interval_seconds=3600,
+                                  start_at="2020-01-01T00:00:00Z")
+    call_command("runworker", "--burst", "--with-tick", "--worker-id", "b")
+    assert Run.objects.filter(state=RunState.SUCCEEDED).count() == 3
+    assert Schedule.objects.filter(next_run_at__isnull=False).count() == 3
+
+
+def test_runworker_max_runs(scheduler):
+    for i in range(3):
+        scheduler.create_schedule(name=f"s{i}", task_name="tests.noop", interval_seconds=3600,
+                                  start_at="2020-01-01T00:00:00Z")
+    call_command("tick", stdout=StringIO())
+    call_command("runworker", "--max-runs", "2", "--worker-id", "m")
+    assert Run.objects.filter(state=RunState.SUCCEEDED).count() == 2
