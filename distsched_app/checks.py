@@ -15,15 +15,7 @@ def check_distsched_settings(app_configs, **kwargs):  # noqa: ANN001, ANN201 - D
     for key in user:
         if key not in DEFAULTS:
             problems.append(Warning(f"Unknown DISTSCHED setting {key!r}.", id="distsched.W001"))
-    for alias, db in settings.DATABASES.items():
-        if db.get("ENGINE") == "django.db.backends.sqlite3":
-            mode = (db.get("OPTIONS") or {}).get("transaction_mode")
-            if mode != "IMMEDIATE":
-                problems.append(Warning(
-                    f"Database {alias!r} is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE'.",
-                    hint="Concurrent workers then fail with 'database is locked' on lock upgrade.",
-                    id="distsched.W002",
-                ))
+    problems.extend(sqlite_mode_warnings(settings.DATABASES))
     lease = user.get("LEASE_SECONDS", DEFAULTS["LEASE_SECONDS"])
     beat = user.get("HEARTBEAT_SECONDS", DEFAULTS["HEARTBEAT_SECONDS"])
     if isinstance(lease, int | float) and isinstance(beat, int | float) and beat * 2 > lease:
@@ -32,4 +24,18 @@ def check_distsched_settings(app_configs, **kwargs):  # noqa: ANN001, ANN201 - D
             hint="Otherwise a healthy worker can lose the lease of a long task.",
             id="distsched.W003",
         ))
+    return problems
+
+
+def sqlite_mode_warnings(databases: dict) -> list[Warning]:
+    problems = []
+    for alias, db in databases.items():
+        if db.get("ENGINE") == "django.db.backends.sqlite3":
+            mode = (db.get("OPTIONS") or {}).get("transaction_mode")
+            if mode != "IMMEDIATE":
+                problems.append(Warning(
+                    f"Database {alias!r} is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE'.",
+                    hint="Concurrent workers then fail with 'database is locked' on lock upgrade.",
+                    id="distsched.W002",
+                ))
     return problems

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distsched_app.checks import check_distsched_settings
+from distsched_app.checks import check_distsched_settings, sqlite_mode_warnings
 
 
 def ids(settings) -> set[str]:
@@ -19,12 +19,14 @@ def test_unknown_setting_is_flagged(settings):
     assert "distsched.W001" in ids(settings)
 
 
-def test_sqlite_without_immediate_is_flagged(settings):
-    db = dict(settings.DATABASES["default"])
-    db["ENGINE"] = "django.db.backends.sqlite3"
-    db["OPTIONS"] = {}
-    settings.DATABASES = {**settings.DATABASES, "other": db}
-    assert "distsched.W002" in ids(settings)
+def test_sqlite_without_immediate_is_flagged():
+    databases = {
+        "good": {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": {"transaction_mode": "IMMEDIATE"}},
+        "bad": {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": {}},
+        "pg": {"ENGINE": "django.db.backends.postgresql"},
+    }
+    warnings = sqlite_mode_warnings(databases)
+    assert [w.id for w in warnings] == ["distsched.W002"] and "'bad'" in warnings[0].msg
 
 
 def test_heartbeat_longer_than_half_lease_is_flagged(settings):
