@@ -1,9 +1,12 @@
 """The worker runtime: claim, execute outside any transaction, record, repeat.
 
-A worker holds at most one run at a time. A heartbeat thread keeps the
-worker row fresh and renews the current run's lease (fenced), so a long task
-is never re-claimed while its worker is alive; if the process dies, the lease
-deadline, not the heartbeat, decides when another worker may take the run.
+Throughput comes from amortising transactions, not from weakening them: a
+worker claims a small batch of runs in one transaction (each run with its own
+lease and attempt, so its own fencing token) and records successes in one
+fenced transaction per batch. A heartbeat thread keeps the worker row fresh
+and renews the lease of every run the worker holds, so a long task is never
+re-claimed while its worker is alive; if the process dies, the lease
+deadline, not the heartbeat, decides when another worker may take the runs.
 Database errors (locked, connection lost) are logged and retried with
 backoff: they never kill the worker.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -21,8 +25,10 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
@@ -31,7 +37,7 @@ from .clock import Clock, SystemClock, system_clock
 from .conf import conf
 from .context import RunContext
 from .errors import RunCancelled
-from .models import Run, WorkerStatus
+from .models import Run, RunState, WorkerStatus
 from .registry import TaskRegistry
 from .registry import registry as default_registry
 from .services import claiming, outcomes, workers
@@ -41,6 +47,11 @@ logger = logging.getLogger("distsched")
 
 TRANSIENT_DB_ERRORS = (OperationalError, InterfaceError)
 MAX_DB_BACKOFF_SECONDS = 30.0
+# Prefetch only while tasks are quick: a slow task would hold prefetched runs
+# that idle workers could be running.
+FAST_TASK_SECONDS = 0.05
+# How often the lease-recovery query runs (it need not run on every claim).
+EXPIRED_CHECK_SECONDS = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +63,23 @@ class Execution:
     state: str | None  # the recorded state; None if the lease was lost or recording failed
     duration: float
     error: str = ""
+
+
+@dataclass(kw_only=True)
+class _Attempt:
+    """A run this worker holds, from claim until its outcome is recorded."""
+
+    run: Run
+    started_recorded: bool
+    started_at: datetime | None = None
+    started_mono: float = 0.0
+    finished_at: datetime | None = None
+    duration: float = 0.0
+    failed: bool = False
+    cancelled: bool = False
+    error: str = ""
+    tb: str = ""
+    result: Any = None
 
 
 def default_worker_id() -> str:
@@ -75,20 +103,33 @@ def format_traceback(exc: BaseException) -> str:
         return f"<traceback unavailable for {type(exc).__name__}>"
 
 
+# A JSON "\u0000" escape not itself escaped: PostgreSQL jsonb cannot store it.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def jsonable_result(value: Any) -> Any:
-    """Store what JSON can hold; otherwise a bounded repr, never a crash."""
+    """Store what JSON can hold; otherwise a bounded repr, never a crash.
+
+    Returns decoded JSON (not the task's object), so the database write cannot
+    fail on it. A value that JSON cannot hold, that raises while serialised,
+    that contains NUL, or that is larger than MAX_PAYLOAD_BYTES is stored as a
+    bounded ``repr`` or a truncated encoding instead.
+    """
     if value is None:
         return None
     try:
         encoded = json.dumps(value, allow_nan=False)
-        if len(encoded) <= conf.MAX_PAYLOAD_BYTES:
-            return value
-        return {"truncated": encoded[:1000]}
-    except (TypeError, ValueError, RecursionError):
-        try:
-            return {"repr": repr(value)[:1000]}
-        except Exception:  # noqa: BLE001
-            return {"repr": f"<unrepresentable {type(value).__name__}>"}
+        if _JSON_NUL.search(encoded) is None:
+            if len(encoded) <= conf.MAX_PAYLOAD_BYTES:
+                return json.loads(encoded)
+            return {"truncated": encoded[:1000]}
+    except Exception:  # noqa: BLE001 - a hostile return value must not break the worker
+        pass
+    try:
+        text = repr(value)[:1000]
+    except Exception:  # noqa: BLE001
+        text = f"<unrepresentable {type(value).__name__}>"
+    return {"repr": text.replace("\x00", "\\x00")}
 
 
 class Worker:
@@ -103,6 +144,8 @@ class Worker:
         poll_interval: float | None = None,
         heartbeat_seconds: float | None = None,
         with_tick: bool = False,
+        prefetch: int | None = None,
+        concurrency: int = 1,
         clock: Clock | None = None,
         registry: TaskRegistry | None = None,
     ) -> None:
@@ -114,6 +157,8 @@ class Worker:
             heartbeat_seconds if heartbeat_seconds is not None else conf.HEARTBEAT_SECONDS
         )
         self.with_tick = with_tick
+        self.prefetch = max(1, int(prefetch if prefetch is not None else conf.PREFETCH))
+        self.concurrency = max(1, int(concurrency))
         self.clock = clock or system_clock
         self.registry = registry or default_registry
         self.executed = 0
@@ -121,12 +166,20 @@ class Worker:
         self._stop = threading.Event()
         self._hard_stop = False
         self._lock = threading.Lock()
-        self._current: tuple[int, int] | None = None
-        self._cancel_seen = False
-        self._lease_lost = False
+        # Serialises the heartbeat's lease renewal with outcome recording, so a
+        # run recorded a moment ago is never mistaken for a lost lease.
+        self._record_lock = threading.RLock()
+        self._held: dict[int, _Attempt] = {}  # claimed and not yet recorded
+        self._executing: set[int] = set()
+        self._cancelled: set[int] = set()
+        self._lost: set[int] = set()
+        self._pending_successes: list[_Attempt] = []
+        self._first_pending_at = 0.0
         self._heartbeat_thread: threading.Thread | None = None
         self._heartbeat_stop = threading.Event()
         self._next_tick = 0.0
+        self._next_expired_check = 0.0
+        self._avg_duration: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -136,7 +189,8 @@ class Worker:
             queues=self.queues, now=self.clock.now(),
         )
         self._registered = True
-        self._log(logging.INFO, "worker started", queues=",".join(self.queues), lease=self.lease_seconds)
+        self._log(logging.INFO, "worker started", queues=",".join(self.queues), lease=self.lease_seconds,
+                  prefetch=self.prefetch, concurrency=self.concurrency)
         skew = self.check_clock_skew()
         if skew is not None:
             workers.heartbeat(worker_id=self.worker_id, now=self.clock.now(), clock_skew_seconds=skew)
@@ -152,7 +206,7 @@ class Worker:
         return skew
 
     def request_stop(self) -> None:
-        """Finish the current run, claim nothing more. Safe from a signal handler."""
+        """Finish the current run(s), claim nothing more. Safe from a signal handler."""
         self._stop.set()
 
     @property
@@ -160,32 +214,39 @@ class Worker:
         return self._stop.is_set()
 
     def heartbeat(self) -> None:
-        """Refresh the worker row and renew the current run's lease (fenced)."""
+        """Refresh the worker row; renew the lease of every run held (fenced);
+        show a prefetched run that has been executing for a while as running."""
+        with self._record_lock:
+            self._heartbeat()
+
+    def _heartbeat(self) -> None:
         now = self.clock.now()
         with self._lock:
-            current = self._current
+            held = {run_id: a.run.attempts for run_id, a in self._held.items()}
+            executing = [self._held[r] for r in self._executing if r in self._held]
         status = WorkerStatus.STOPPING if self._stop.is_set() else None
         alive = workers.heartbeat(
             worker_id=self.worker_id, now=now, status=status,
-            current_run_id=current[0] if current else None, runs_executed=self.executed,
+            current_run_id=executing[0].run.pk if executing else None, runs_executed=self.executed,
             clock_skew_seconds=self.check_clock_skew(),
         )
         if not alive:
             self.register()
-        if current is None:
+        if not held:
             return
-        lease = outcomes.renew_lease(
-            run_id=current[0], worker_id=self.worker_id, attempt=current[1], now=now,
-            lease_seconds=self.lease_seconds,
-        )
+        renewal = outcomes.renew_leases(worker_id=self.worker_id, held=held, now=now,
+                                        lease_seconds=self.lease_seconds)
+        lost = set(held) - renewal.held
         with self._lock:
-            if self._current != current:
-                return
-            if not lease.held and not self._lease_lost:
-                self._lease_lost = True
-                self._log(logging.WARNING, "lease lost while running", run_id=current[0], attempt=current[1])
-            if lease.cancel_requested:
-                self._cancel_seen = True
+            for run_id in lost - self._lost:
+                self._log(logging.WARNING, "lease lost while holding run", run_id=run_id, attempt=held[run_id])
+            self._lost |= lost
+            self._cancelled |= renewal.cancel_requested
+        for attempt in executing:
+            if not attempt.started_recorded and attempt.started_at is not None:
+                if outcomes.mark_running(run_id=attempt.run.pk, worker_id=self.worker_id,
+                                         attempt=attempt.run.attempts, started_at=attempt.started_at, now=now):
+                    attempt.started_recorded = True
 
     # -- one run -----------------------------------------------------------------
 
@@ -195,16 +256,43 @@ class Worker:
             self.register()
         with self._heartbeat_running():
             self._maybe_tick(force=True)
-            run = self._claim()
-            if run is None:
+            batch = self._claim(1, force_expired=True)
+            if not batch:
                 return None
-            return self.execute(run)
+            attempt = self._hold(batch)[0]
+            self._run_task(attempt)
+            return self._finish(attempt, flush=True)
 
-    def _claim(self) -> Run | None:
-        return claiming.claim_next_run(
+    def execute(self, run: Run) -> Execution:
+        """Execute a run this worker has just claimed, and record its outcome."""
+        attempt = self._hold([run])[0]
+        self._run_task(attempt)
+        return self._finish(attempt, flush=True)
+
+    def _claim(self, limit: int, *, force_expired: bool = False, start_all: bool = False) -> list[Run]:
+        check_expired = force_expired or time.monotonic() >= self._next_expired_check
+        runs = claiming.claim_runs(
             worker_id=self.worker_id, queues=self.queues, lease_seconds=self.lease_seconds,
-            now=self.clock.now(),
+            now=self.clock.now(), limit=limit, include_expired=check_expired, start_all=start_all,
         )
+        if check_expired:
+            self._next_expired_check = time.monotonic() + EXPIRED_CHECK_SECONDS
+        if not check_expired and len(runs) < limit:
+            self._next_expired_check = 0.0  # idle soon: look for abandoned runs on the next claim
+        return runs
+
+    def _hold(self, runs: list[Run]) -> list[_Attempt]:
+        attempts = [_Attempt(run=r, started_recorded=r.state == RunState.RUNNING) for r in runs]
+        with self._lock:
+            for a in attempts:
+                self._held[a.run.pk] = a
+                if a.run.cancel_requested:
+                    self._cancelled.add(a.run.pk)
+        return attempts
+
+    def _batch_size(self, remaining: int | None) -> int:
+        size = self.prefetch if self._avg_duration is not None and self._avg_duration < FAST_TASK_SECONDS else 1
+        return max(1, min(size, remaining)) if remaining is not None else size
 
     def _maybe_tick(self, force: bool = False) -> None:
         if not self.with_tick:
@@ -214,65 +302,115 @@ class Worker:
         self._next_tick = time.monotonic() + self.poll_interval
         tick_service.tick(now=self.clock.now())
 
-    def execute(self, run: Run) -> Execution:
-        """Run the task of a run we hold, outside any transaction, then record it."""
-        attempt = run.attempts
+    def _run_task(self, attempt: _Attempt) -> None:
+        """Call the task outside any transaction; never raises."""
+        run = attempt.run
+        run_id = run.pk
         with self._lock:
-            self._current = (run.pk, attempt)
-            self._cancel_seen = bool(run.cancel_requested)
-            self._lease_lost = False
-        context = RunContext(
-            run_id=run.pk, schedule_id=run.schedule_id, schedule_name=run.schedule.name,
-            worker_id=self.worker_id, scheduled_for=run.scheduled_for, attempt=attempt,
-            idempotency_key=run.idempotency_key, _cancel_probe=self._cancel_probe(run.pk),
-        )
-        fields = {"run_id": run.pk, "schedule": run.schedule.name, "task": run.task_name, "attempt": attempt}
-        self._log(logging.DEBUG, "run started", **fields)
-        started = time.monotonic()
-        error = ""
-        tb = ""
-        cancelled = False
-        result: Any = None
-        try:
-            entry = self.registry.get(run.task_name)
-            kwargs = dict(run.kwargs)
-            if entry.accepts_context:
-                kwargs["context"] = context
-            result = entry.func(*run.args, **kwargs)
-            failed = False
-        except RunCancelled as exc:
-            failed, cancelled, error = True, True, describe_exception(exc)
-        except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from task code are failures too
-            failed, error, tb = True, describe_exception(exc), format_traceback(exc)
-        duration = time.monotonic() - started
-        with self._lock:
-            cancel_seen = self._cancel_seen
-        if failed:
-            state = self._record(
-                outcomes.record_failure, run_id=run.pk, worker_id=self.worker_id, attempt=attempt,
-                error=error, traceback_text=tb, cancelled=cancelled,
-            )
+            self._executing.add(run_id)
+            cancelled_before_start = run_id in self._cancelled
+        attempt.started_at = self.clock.now()
+        attempt.started_mono = time.monotonic()
+        if cancelled_before_start and not attempt.started_recorded:
+            attempt.failed, attempt.cancelled = True, True
+            attempt.error = "cancel requested before the run started"
         else:
-            note = "returned normally after a cancel request" if cancel_seen else ""
-            ok = self._record(
-                outcomes.record_success, run_id=run.pk, worker_id=self.worker_id, attempt=attempt,
-                result=jsonable_result(result), note=note,
+            context = RunContext(
+                run_id=run_id, schedule_id=run.schedule_id, schedule_name=run.schedule.name,
+                worker_id=self.worker_id, scheduled_for=run.scheduled_for, attempt=run.attempts,
+                idempotency_key=run.idempotency_key, _cancel_probe=self._cancel_probe(run_id),
             )
-            state = "succeeded" if ok else None
+            try:
+                entry = self.registry.get(run.task_name)
+                kwargs = dict(run.kwargs)
+                if entry.accepts_context:
+                    kwargs["context"] = context
+                attempt.result = entry.func(*run.args, **kwargs)
+            except RunCancelled as exc:
+                attempt.failed, attempt.cancelled, attempt.error = True, True, describe_exception(exc)
+            except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from task code fail the run
+                attempt.failed, attempt.error, attempt.tb = True, describe_exception(exc), format_traceback(exc)
+        attempt.duration = time.monotonic() - attempt.started_mono
+        attempt.finished_at = self.clock.now()
         with self._lock:
-            self._current = None
-        self.executed += 1
-        level = logging.INFO if state in ("succeeded", "cancelled") else logging.WARNING
-        self._log(level, "run finished", **fields, state=state or "lease_lost", duration=f"{duration:.3f}",
-                  error=error[:200] if error else None)
-        return Execution(run_id=run.pk, attempt=attempt, state=state, duration=duration, error=error)
+            self._executing.discard(run_id)
+            self.executed += 1
+            avg = self._avg_duration
+            self._avg_duration = attempt.duration if avg is None else 0.8 * avg + 0.2 * attempt.duration
+
+    def _finish(self, attempt: _Attempt, *, flush: bool) -> Execution:
+        """Record a failure at once; buffer a success (flushed per batch)."""
+        run = attempt.run
+        if attempt.failed:
+            with self._record_lock:
+                state = self._record(
+                    outcomes.record_failure, run_id=run.pk, worker_id=self.worker_id, attempt=run.attempts,
+                    error=attempt.error, traceback_text=attempt.tb, cancelled=attempt.cancelled,
+                    started_at=attempt.started_at, record_started=not attempt.started_recorded,
+                )
+                self._release_hold(run.pk)
+            self._log_finished(attempt, state)
+            return Execution(run_id=run.pk, attempt=run.attempts, state=state, duration=attempt.duration,
+                             error=attempt.error)
+        with self._lock:
+            if not self._pending_successes:
+                self._first_pending_at = time.monotonic()
+            self._pending_successes.append(attempt)
+        state = RunState.SUCCEEDED.value
+        if flush:
+            lost = self.flush()
+            state = None if lost is None or run.pk in lost else state
+        return Execution(run_id=run.pk, attempt=run.attempts, state=state, duration=attempt.duration)
+
+    def flush(self) -> set[int] | None:
+        """Record buffered successes in one transaction. Returns the lost run ids
+        (None if the database could not be reached: lease expiry will recover them)."""
+        with self._lock:
+            pending, self._pending_successes = self._pending_successes, []
+            cancelled = set(self._cancelled)
+        if not pending:
+            return set()
+        successes = [
+            outcomes.Success(
+                run_id=a.run.pk, attempt=a.run.attempts, started_at=a.started_at, finished_at=a.finished_at,
+                result=jsonable_result(a.result), record_started=not a.started_recorded,
+                note="returned normally after a cancel request" if a.run.pk in cancelled else "",
+            )
+            for a in pending
+        ]
+        with self._record_lock:
+            lost = self._record(outcomes.record_successes, worker_id=self.worker_id, successes=successes)
+            for a in pending:
+                self._release_hold(a.run.pk)
+        for a in pending:
+            self._log_finished(a, None if lost is None or a.run.pk in lost else RunState.SUCCEEDED.value)
+        return lost
+
+    def _flush_due(self) -> bool:
+        with self._lock:
+            n = len(self._pending_successes)
+        return n >= self.prefetch or (n > 0 and time.monotonic() - self._first_pending_at >= 0.5)
+
+    def _release_hold(self, run_id: int) -> None:
+        with self._lock:
+            self._held.pop(run_id, None)
+            self._cancelled.discard(run_id)
+            self._lost.discard(run_id)
+
+    def _release_unstarted(self, attempts: list[_Attempt]) -> None:
+        held = {a.run.pk: a.run.attempts for a in attempts}
+        if held:
+            with self._record_lock:
+                self._record(outcomes.release_runs, worker_id=self.worker_id, held=held)
+                for run_id in held:
+                    self._release_hold(run_id)
 
     def _cancel_probe(self, run_id: int) -> Callable[[], bool]:
         last_check = [0.0]
 
         def probe() -> bool:
             with self._lock:
-                if self._cancel_seen:
+                if run_id in self._cancelled:
                     return True
             # Ask the database at most once a second; the heartbeat also refreshes it.
             if time.monotonic() - last_check[0] >= 1.0:
@@ -283,14 +421,14 @@ class Worker:
                     flag = False
                 if flag:
                     with self._lock:
-                        self._cancel_seen = True
+                        self._cancelled.add(run_id)
                     return True
             return False
 
         return probe
 
     def _record(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        """Record an outcome, retrying transient database errors with backoff.
+        """Call an outcome service, retrying transient database errors with backoff.
 
         Gives up after about two lease periods: by then the run has been (or
         will be) recovered by lease expiry, which is the at-least-once path.
@@ -322,37 +460,98 @@ class Worker:
         or, with ``burst``, until nothing is due. Returns the number executed."""
         restore = self._install_signals() if install_signals else None
         executed_before = self.executed
-        backoff = 0.5
         try:
             self._retry_db(self.register)
             with self._heartbeat_running():
-                while not self._stop.is_set():
-                    if max_runs is not None and self.executed - executed_before >= max_runs:
-                        break
-                    try:
-                        self._maybe_tick()
-                        run = self._claim()
-                        backoff = 0.5
-                    except TRANSIENT_DB_ERRORS as exc:
-                        self._log(logging.WARNING, "database error in worker loop; backing off",
-                                  error=describe_exception(exc), retry_in=f"{backoff:.1f}")
-                        self._reset_connection()
-                        self._stop.wait(backoff)
-                        backoff = min(backoff * 2, MAX_DB_BACKOFF_SECONDS)
-                        continue
-                    if run is None:
-                        if burst:
-                            break
-                        self._stop.wait(self.poll_interval)
-                        continue
-                    self.execute(run)
+                if self.concurrency > 1:
+                    self._serve_threaded(max_runs=max_runs, burst=burst, start=executed_before)
+                else:
+                    self._serve(max_runs=max_runs, burst=burst, start=executed_before)
         finally:
+            self.flush()
             self._retry_db(lambda: workers.set_status(
                 worker_id=self.worker_id, status=WorkerStatus.STOPPED, now=self.clock.now()), attempts=3)
             self._log(logging.INFO, "worker stopped", executed=self.executed - executed_before)
             if restore:
                 restore()
         return self.executed - executed_before
+
+    def _remaining(self, max_runs: int | None, start: int) -> int | None:
+        return None if max_runs is None else max_runs - (self.executed - start)
+
+    def _claim_or_backoff(self, limit: int, backoff: list[float], start_all: bool = False) -> list[Run] | None:
+        """Claim a batch; on a transient database error wait and return None."""
+        try:
+            self._maybe_tick()
+            runs = self._claim(limit, start_all=start_all)
+            backoff[0] = 0.5
+            return runs
+        except TRANSIENT_DB_ERRORS as exc:
+            self._log(logging.WARNING, "database error in worker loop; backing off",
+                      error=describe_exception(exc), retry_in=f"{backoff[0]:.1f}")
+            self._reset_connection()
+            self._stop.wait(backoff[0])
+            backoff[0] = min(backoff[0] * 2, MAX_DB_BACKOFF_SECONDS)
+            return None
+
+    def _serve(self, *, max_runs: int | None, burst: bool, start: int) -> None:
+        backoff = [0.5]
+        while not self._stop.is_set():
+            remaining = self._remaining(max_runs, start)
+            if remaining is not None and remaining <= 0:
+                break
+            runs = self._claim_or_backoff(self._batch_size(remaining), backoff)
+            if runs is None:
+                continue
+            if not runs:
+                self.flush()
+                if burst:
+                    break
+                self._stop.wait(self.poll_interval)
+                continue
+            batch = self._hold(runs)
+            for index, attempt in enumerate(batch):
+                if index > 0 and self._stop.is_set():
+                    self._release_unstarted(batch[index:])
+                    break
+                self._run_task(attempt)
+                self._finish(attempt, flush=False)
+                if self._flush_due():
+                    self.flush()
+            self.flush()
+
+    def _serve_threaded(self, *, max_runs: int | None, burst: bool, start: int) -> None:
+        """``concurrency`` tasks at once in threads (for I/O-bound tasks)."""
+        backoff = [0.5]
+        running: dict[Future, _Attempt] = {}
+        claimed_total = 0
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="distsched-task") as pool:
+            while True:
+                free = self.concurrency - len(running)
+                room = None if max_runs is None else max_runs - claimed_total
+                if not self._stop.is_set() and free > 0 and (room is None or room > 0):
+                    runs = self._claim_or_backoff(free if room is None else min(free, room), backoff, start_all=True)
+                    for attempt in self._hold(runs or []):
+                        running[pool.submit(self._run_in_thread, attempt)] = attempt
+                    claimed_total += len(runs or [])
+                    if not running and runs == [] and burst:
+                        break
+                if not running:
+                    if self._stop.is_set() or (room is not None and room <= 0):
+                        break
+                    self._stop.wait(self.poll_interval)
+                    continue
+                done, _ = wait(list(running), timeout=self.poll_interval, return_when=FIRST_COMPLETED)
+                for future in done:
+                    self._finish(running.pop(future), flush=False)
+                if self._flush_due() or not running:
+                    self.flush()
+
+    def _run_in_thread(self, attempt: _Attempt) -> None:
+        try:
+            self._run_task(attempt)
+        finally:
+            close_old_connections()
 
     def _retry_db(self, fn: Callable[[], Any], attempts: int | None = None) -> None:
         delay = 0.5
@@ -421,7 +620,7 @@ class Worker:
 
         def handler(signum: int, frame: Any) -> None:
             if self._stop.is_set():
-                # Second signal: leave now. The lease expiry recovers the current run.
+                # Second signal: leave now. Lease expiry recovers the runs we hold.
                 self._hard_stop = True
                 sys.stderr.write(f"distsched: second {signal.Signals(signum).name}, exiting now\n")
                 sys.stderr.flush()
@@ -437,6 +636,15 @@ class Worker:
                 signal.signal(sig, old)
 
         return restore
+
+    # -- logging -----------------------------------------------------------------
+
+    def _log_finished(self, attempt: _Attempt, state: str | None) -> None:
+        run = attempt.run
+        level = logging.INFO if state in (RunState.SUCCEEDED, RunState.CANCELLED) else logging.WARNING
+        self._log(level, "run finished", run_id=run.pk, schedule=run.schedule.name, task=run.task_name,
+                  attempt=run.attempts, state=state or "lease_lost", duration=f"{attempt.duration:.3f}",
+                  error=attempt.error[:200] if attempt.error else None)
 
     def _log(self, level: int, message: str, **fields: Any) -> None:
         if logger.isEnabledFor(level):

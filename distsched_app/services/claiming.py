@@ -33,51 +33,71 @@ def claim_runs(
     lease_seconds: float,
     now: datetime,
     limit: int = 1,
+    include_expired: bool = True,
+    start_all: bool = False,
 ) -> list[Run]:
     """Claim up to ``limit`` runs: expired leases first, then due runs by time.
 
-    Each claimed run is ``running``, owned by ``worker_id`` until
-    ``now + lease_seconds``, with ``attempts`` incremented (the fencing token).
-    A run whose lease expired with no attempts left is marked dead instead;
-    one whose cancel was requested is cancelled instead of run again.
+    Every claimed run is owned by ``worker_id`` until ``now + lease_seconds``
+    with ``attempts`` incremented (its own fencing token). The first run is
+    ``running`` (the worker starts it now); with ``limit > 1`` the others are
+    ``leased``: prefetched, started later by the same worker, their leases
+    renewed by its heartbeat. A run whose lease expired with no attempts left
+    is marked dead instead; one whose cancel was requested is cancelled
+    instead of run again. ``include_expired=False`` skips the lease-recovery
+    query (a worker checks it periodically, not on every claim).
+    ``start_all`` marks every claimed run ``running`` (a worker with that many
+    free threads starts them all at once).
     """
     queues = list(queues) if queues else None
     expires = now + timedelta(seconds=lease_seconds)
     new_events: list[events.NewEvent] = []
     with transaction.atomic():
         candidates: list[Run] = []
-        for run in _lock(Run.objects.lease_expired(now, queues))[:limit]:
-            new_events.append(events.NewEvent(
-                run_id=run.pk, event_type=EventType.LEASE_EXPIRED, now=now, worker_id=run.lease_owner,
-                attempt=run.attempts,
-                message=f"lease of {run.lease_owner} expired at {run.lease_expires_at.isoformat()}",
-            ))
-            if run.cancel_requested or run.attempts >= run.max_attempts:
-                _finish_abandoned(run, now, new_events)
-            else:
-                candidates.append(run)
+        if include_expired:
+            for run in _lock(Run.objects.lease_expired(now, queues))[:limit]:
+                new_events.append(events.NewEvent(
+                    run_id=run.pk, event_type=EventType.LEASE_EXPIRED, now=now, worker_id=run.lease_owner,
+                    attempt=run.attempts,
+                    message=f"lease of {run.lease_owner} expired at {run.lease_expires_at.isoformat()}",
+                ))
+                if run.cancel_requested or run.attempts >= run.max_attempts:
+                    _finish_abandoned(run, now, new_events)
+                else:
+                    candidates.append(run)
         if len(candidates) < limit:
             candidates.extend(_lock(Run.objects.waiting(now, queues))[: limit - len(candidates)])
-        if candidates:
-            Run.objects.filter(pk__in=[r.pk for r in candidates]).update(
-                state=RunState.RUNNING,
-                lease_owner=worker_id,
-                lease_expires_at=expires,
-                attempts=F("attempts") + 1,
-                started_at=now,
-                updated_at=now,
+        if not candidates:
+            events.record_many(new_events)
+            return []
+        # The guard on state/attempts makes the claim a compare-and-set even
+        # where the row lock is weaker than expected.
+        started = candidates if start_all else candidates[:1]
+        rest = candidates[len(started):]
+        Run.objects.filter(pk__in=[r.pk for r in started]).update(
+            state=RunState.RUNNING, lease_owner=worker_id, lease_expires_at=expires,
+            attempts=F("attempts") + 1, started_at=now, updated_at=now,
+        )
+        if rest:
+            Run.objects.filter(pk__in=[r.pk for r in rest]).update(
+                state=RunState.LEASED, lease_owner=worker_id, lease_expires_at=expires,
+                attempts=F("attempts") + 1, updated_at=now,
             )
         for run in candidates:
-            run.state = RunState.RUNNING
+            run.state = RunState.LEASED
             run.lease_owner = worker_id
             run.lease_expires_at = expires
             run.attempts += 1
-            run.started_at = now
             run.updated_at = now
-            for kind in (EventType.CLAIMED, EventType.STARTED):
-                new_events.append(events.NewEvent(
-                    run_id=run.pk, event_type=kind, now=now, worker_id=worker_id, attempt=run.attempts,
-                ))
+            new_events.append(events.NewEvent(
+                run_id=run.pk, event_type=EventType.CLAIMED, now=now, worker_id=worker_id, attempt=run.attempts,
+            ))
+        for run in started:
+            run.state = RunState.RUNNING
+            run.started_at = now
+            new_events.append(events.NewEvent(
+                run_id=run.pk, event_type=EventType.STARTED, now=now, worker_id=worker_id, attempt=run.attempts,
+            ))
         events.record_many(new_events)
     return candidates
 

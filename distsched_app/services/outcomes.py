@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
+from django.db.models import F
 
 from ..backoff import retry_delay
 from ..conf import conf
@@ -28,11 +29,16 @@ class LeaseStatus:
 
 
 def truncate_error(text: str, limit: int | None = None) -> str:
-    """Keep stored errors bounded: the head and the tail (where the raise is)."""
+    """Keep stored errors storable and bounded: NUL escaped (PostgreSQL text cannot
+    hold it), at most ``limit`` characters, the head and the tail (where the raise is) kept."""
+    text = text.replace("\x00", "\\x00")
     limit = limit or conf.MAX_ERROR_CHARS
     if len(text) <= limit:
         return text
-    half = (limit - 40) // 2
+    widest = len(f"\n... [{len(text)} characters truncated] ...\n")  # the marker can only be shorter
+    half = (limit - widest) // 2
+    if half <= 0:
+        return text[:limit]
     return f"{text[:half]}\n... [{len(text) - 2 * half} characters truncated] ...\n{text[-half:]}"
 
 
@@ -67,6 +73,8 @@ def record_failure(
     traceback_text: str = "",
     cancelled: bool = False,
     rand: Callable[[], float] = random.random,
+    started_at: datetime | None = None,
+    record_started: bool = False,
 ) -> str | None:
     """Record a failed attempt: retrying with backoff, dead, or cancelled.
 
@@ -87,6 +95,11 @@ def record_failure(
             "last_error": full_error, "lease_owner": "", "lease_expires_at": None, "updated_at": now,
         }
         new: list[events.NewEvent] = []
+        if started_at is not None:
+            changes["started_at"] = started_at
+        if record_started:
+            new.append(events.NewEvent(run_id=run_id, event_type=EventType.STARTED, now=started_at or now,
+                                       worker_id=worker_id, attempt=attempt))
         if cancelled or run.cancel_requested:
             changes.update(state=RunState.CANCELLED, finished_at=now)
             if not cancelled:
@@ -140,3 +153,138 @@ def _lease_lost(run_id: int, worker_id: str, attempt: int, now: datetime, outcom
             run_id, EventType.LEASE_LOST, now=now, worker_id=worker_id, attempt=attempt,
             message=f"attempt {attempt} by {worker_id} no longer holds the lease; outcome {outcome!r} discarded",
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Success:
+    """One successful execution waiting to be recorded (batched by the worker)."""
+
+    run_id: int
+    attempt: int
+    started_at: datetime
+    finished_at: datetime
+    result: object = None
+    record_started: bool = False  # the ``started`` event was not written at claim time
+    note: str = ""
+
+
+def _held_ids(worker_id: str, held: dict[int, int], *, lock: bool = False, extra: tuple = ()) -> dict:
+    """Of ``held`` (run id -> attempt), the runs this worker still holds at that
+    attempt: the per-run fencing check of a batch, as one indexed query."""
+    qs = Run.objects.filter(pk__in=list(held), lease_owner=worker_id, state__in=LEASED_STATES)
+    if lock and connection.features.has_select_for_update:
+        qs = qs.select_for_update()
+    return {row[0]: row[2:] for row in qs.values_list("id", "attempts", *extra) if held.get(row[0]) == row[1]}
+
+
+def record_successes(*, worker_id: str, successes: list[Success], now: datetime) -> set[int]:
+    """Record a batch of successes in one transaction, each fenced on its own
+    (owner, attempt). Returns the ids whose lease was lost (nothing written for
+    them but a ``lease_lost`` event)."""
+    if not successes:
+        return set()
+    by_id = {s.run_id: s for s in successes}
+    with transaction.atomic():
+        # Rows are locked (PostgreSQL) or the write lock is held (SQLite
+        # IMMEDIATE): nobody can take them over between this check and the update.
+        held = _held_ids(worker_id, {s.run_id: s.attempt for s in successes}, lock=True,
+                         extra=("cancel_requested",))
+        ok = [by_id[run_id] for run_id in held]
+        if ok:
+            _mark_succeeded(ok, worker_id, now)
+        new: list[events.NewEvent] = []
+        for s in ok:
+            if s.record_started:
+                new.append(events.NewEvent(run_id=s.run_id, event_type=EventType.STARTED, now=s.started_at,
+                                           worker_id=worker_id, attempt=s.attempt))
+            note = s.note or ("returned normally after a cancel request" if held[s.run_id][0] else "")
+            new.append(events.NewEvent(run_id=s.run_id, event_type=EventType.SUCCEEDED, now=s.finished_at,
+                                       worker_id=worker_id, attempt=s.attempt, message=note))
+        lost = set(by_id) - set(held)
+        existing = set(Run.objects.filter(pk__in=lost).values_list("id", flat=True)) if lost else set()
+        for run_id in sorted(existing):
+            attempt = by_id[run_id].attempt
+            new.append(events.NewEvent(
+                run_id=run_id, event_type=EventType.LEASE_LOST, now=now, worker_id=worker_id, attempt=attempt,
+                message=f"attempt {attempt} by {worker_id} no longer holds the lease; outcome 'succeeded' discarded",
+            ))
+        events.record_many(new)
+    return lost
+
+
+def _mark_succeeded(items: list[Success], worker_id: str, now: datetime) -> None:
+    """One UPDATE for the batch, with per-run start and finish times.
+
+    Plain SQL: on the hot path, compiling ORM ``Case`` expressions cost more
+    than the statement. Results (rare for no-op style tasks) are set per run.
+    """
+    ops = connection.ops
+    table = ops.quote_name(Run._meta.db_table)
+    ids = [s.run_id for s in items]
+    cases = []
+    params: list[object] = [RunState.SUCCEEDED.value, ops.adapt_datetimefield_value(now)]
+    for column in ("started_at", "finished_at"):
+        cases.append(f"{column} = CASE id " + " ".join(["WHEN %s THEN %s"] * len(items)) + " END")
+        for s in items:
+            params += [s.run_id, ops.adapt_datetimefield_value(getattr(s, column))]
+    placeholders = ", ".join(["%s"] * len(ids))
+    sql = (f"UPDATE {table} SET state = %s, lease_owner = '', lease_expires_at = NULL, updated_at = %s, "
+           f"{', '.join(cases)} WHERE id IN ({placeholders}) AND lease_owner = %s")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *ids, worker_id])
+    for s in items:
+        if s.result is not None:
+            Run.objects.filter(pk=s.run_id).update(result=s.result)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Renewal:
+    held: set[int]
+    cancel_requested: set[int]
+
+
+def renew_leases(*, worker_id: str, held: dict[int, int], now: datetime, lease_seconds: float) -> Renewal:
+    """Extend the leases of every run a worker holds (current and prefetched)."""
+    if not held:
+        return Renewal(held=set(), cancel_requested=set())
+    expires = now + timedelta(seconds=lease_seconds)
+    with transaction.atomic():
+        still = _held_ids(worker_id, held, lock=True, extra=("cancel_requested",))
+        if still:
+            Run.objects.filter(pk__in=list(still), lease_owner=worker_id).update(
+                lease_expires_at=expires, updated_at=now)
+    return Renewal(held=set(still), cancel_requested={r for r, (c,) in still.items() if c})
+
+
+def mark_running(*, run_id: int, worker_id: str, attempt: int, started_at: datetime, now: datetime) -> bool:
+    """A prefetched (``leased``) run has been executing for a while: show it as running."""
+    with transaction.atomic():
+        updated = _fenced(run_id, worker_id, attempt).filter(state=RunState.LEASED).update(
+            state=RunState.RUNNING, started_at=started_at, updated_at=now)
+        if updated:
+            events.record(run_id, EventType.STARTED, now=started_at, worker_id=worker_id, attempt=attempt)
+    return bool(updated)
+
+
+def release_runs(*, worker_id: str, held: dict[int, int], now: datetime) -> int:
+    """Give back prefetched runs that were never started (worker stopping).
+
+    Their attempt was never handed to task code, so it is returned too: the
+    next claim issues the same fencing token to the first real execution.
+    """
+    if not held:
+        return 0
+    with transaction.atomic():
+        ids = [r for r, (state,) in _held_ids(worker_id, held, lock=True, extra=("state",)).items()
+               if state == RunState.LEASED]
+        if not ids:
+            return 0
+        Run.objects.filter(pk__in=ids, lease_owner=worker_id, state=RunState.LEASED).update(
+            state=RunState.PENDING, lease_owner="", lease_expires_at=None, available_at=now,
+            attempts=F("attempts") - 1, updated_at=now)
+        events.record_many(
+            events.NewEvent(run_id=run_id, event_type=EventType.RELEASED, now=now, worker_id=worker_id,
+                            attempt=held[run_id] - 1, message=f"returned unstarted by {worker_id}")
+            for run_id in ids
+        )
+    return len(ids)

@@ -104,8 +104,23 @@ def test_claim_batch_takes_distinct_runs(scheduler, clock):
     scheduler.tick()
     runs = claiming.claim_runs(worker_id="A", queues=None, lease_seconds=30, now=clock.now(), limit=3)
     assert len({r.pk for r in runs}) == 3
-    assert Run.objects.filter(state=RunState.RUNNING).count() == 3
+    # The first starts now; the others are prefetched, each with its own lease and attempt.
+    assert Run.objects.filter(state=RunState.RUNNING).count() == 1
+    assert Run.objects.filter(state=RunState.LEASED, lease_owner="A", attempts=1).count() == 2
     assert Run.objects.filter(state=RunState.PENDING).count() == 2
+    assert RunEvent.objects.filter(event_type=EventType.CLAIMED).count() == 3
+    assert RunEvent.objects.filter(event_type=EventType.STARTED).count() == 1
+
+
+def test_prefetched_leased_run_is_recovered_after_lease_expiry(scheduler, clock):
+    for i in range(2):
+        scheduler.create_schedule(name=f"b{i}", task_name="tests.noop", interval_seconds=60)
+    scheduler.tick()
+    claiming.claim_runs(worker_id="A", queues=None, lease_seconds=10, now=clock.now(), limit=2)
+    clock.advance(seconds=10)
+    recovered = claiming.claim_runs(worker_id="B", queues=None, lease_seconds=10, now=clock.now(), limit=2)
+    assert len(recovered) == 2 and {r.attempts for r in recovered} == {2}
+    assert RunEvent.objects.filter(event_type=EventType.LEASE_EXPIRED).count() == 2
 
 
 def test_claimed_run_is_never_claimed_again_while_leased(scheduler, make_schedule, clock):

@@ -21,6 +21,10 @@ class Command(DistschedCommand):
                             help="Heartbeat and lease-renewal period.")
         parser.add_argument("--poll-interval", type=positive_float, default=None,
                             help="Seconds to wait when nothing is due.")
+        parser.add_argument("--prefetch", type=positive_int, default=None,
+                            help="Claim up to N runs per transaction while tasks are quick (default: PREFETCH).")
+        parser.add_argument("--concurrency", type=positive_int, default=1,
+                            help="Run up to N tasks at once in threads (for I/O-bound tasks).")
         parser.add_argument("--with-tick", action="store_true",
                             help="Also tick schedules (safe with several tickers).")
         mode = parser.add_mutually_exclusive_group()
@@ -37,11 +41,12 @@ class Command(DistschedCommand):
             heartbeat_seconds=options["heartbeat_seconds"],
             poll_interval=options["poll_interval"],
             with_tick=options["with_tick"],
+            prefetch=options["prefetch"],
+            concurrency=options["concurrency"],
         )
         if options["once"]:
-            try:
-                worker.run_once()
-            finally:
-                worker.run(max_runs=0, install_signals=False)  # records the stopped status
+            # At most one run, nothing due is fine; through run() so that SIGTERM
+            # finishes the run gracefully and the stopped status is recorded.
+            worker.run(max_runs=1, burst=True)
             return
         worker.run(max_runs=options["max_runs"], burst=options["burst"])
