@@ -53,7 +53,10 @@ class Scheduler:
 
     # runs
     def tick(self) -> list[Run]:
-        return tick.tick(now=self.now())
+        """One pass of the tick; returns the runs it created, oldest slot first."""
+        created = tick.tick(now=self.now())
+        ids = [r.run_id for r in created]
+        return list(Run.objects.filter(pk__in=ids).select_related("schedule").order_by("scheduled_for", "id"))
 
     def claim_next_run(self, *, worker_id: str, queues: list[str] | None = None,
                        lease_seconds: float = 30) -> Run | None:
