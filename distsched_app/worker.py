@@ -507,7 +507,7 @@ class Worker:
                 self.flush()
                 if burst:
                     break
-                self._stop.wait(self.poll_interval)
+                self._idle_wait()
                 continue
             batch = self._hold(runs)
             for index, attempt in enumerate(batch):
@@ -546,6 +546,20 @@ class Worker:
                     self._finish(running.pop(future), flush=False)
                 if self._flush_due() or not running:
                     self.flush()
+
+    def _idle_wait(self) -> None:
+        """Sleep until the next run (or schedule, when ticking) is due, at most one poll interval."""
+        delay = self.poll_interval
+        try:
+            due = claiming.next_due_at(queues=self.queues, include_schedules=self.with_tick)
+        except TRANSIENT_DB_ERRORS:
+            self._reset_connection()
+            due = None
+        if due is not None:
+            delay = min(delay, max(0.0, (due - self.clock.now()).total_seconds()) + 0.001)
+            if self.with_tick:
+                self._next_tick = 0.0  # tick as soon as we wake: the due schedule is why we woke
+        self._stop.wait(delay)
 
     def _run_in_thread(self, attempt: _Attempt) -> None:
         try:

@@ -10,12 +10,12 @@ claim can never overwrite a concurrent change even without row locks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Min
 
-from ..models import EventType, Run, RunQuerySet, RunState
+from ..models import EventType, Run, RunQuerySet, RunState, Schedule
 from . import events
 
 
@@ -123,3 +123,16 @@ def _finish_abandoned(run: Run, now: datetime, new_events: list[events.NewEvent]
     )
     new_events.append(events.NewEvent(run_id=run.pk, event_type=kind, now=now, attempt=run.attempts,
                                       message=message))
+
+
+def next_due_at(*, queues: Sequence[str] | None, include_schedules: bool = False) -> datetime | None:
+    """The earliest moment a waiting run (or, for a ticking worker, a schedule)
+    becomes due: lets an idle worker sleep until then instead of a full poll."""
+    qs = Run.objects.waiting(datetime.max.replace(tzinfo=timezone.utc), list(queues) if queues else None)
+    candidates = [qs.order_by().aggregate(at=Min("available_at"))["at"]]
+    if include_schedules:
+        candidates.append(
+            Schedule.objects.filter(paused=False, next_run_at__isnull=False).aggregate(at=Min("next_run_at"))["at"]
+        )
+    found = [c for c in candidates if c is not None]
+    return min(found) if found else None
