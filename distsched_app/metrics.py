@@ -1,7 +1,317 @@
-"""Prometheus metrics, computed from the database at scrape time (filled in by the metrics module)."""
+"""Prometheus metrics at ``GET /metrics``, computed from the database at scrape time.
 
-from django.http import HttpRequest, HttpResponse
+Nothing is counted in process memory: each scrape builds a fresh registry
+whose collector reads the database, so every web process answers the same
+numbers however many workers, tickers and web processes run. A scrape is
+seven aggregate queries whatever the data: six read an index or a bounded
+window (runs finished in the last hour, recent events) and one groups the
+runs table by state and queue, the only cost that grows with history (about
+0.2 s at a million runs on a small PostgreSQL; ``distsched prune`` keeps it down).
+
+The ``*_total`` counters are derived from durable state (succeeded runs, run
+events of a type); pruning history lowers them, which Prometheus' ``rate()``
+treats as a counter reset. For alerts, ``distsched_run_events_last_hour`` is a
+window that no prune or requeue disturbs.
+
+Access is the API's: authenticated staff (session or token), unless
+``DISTSCHED["METRICS_PUBLIC"]`` is true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Sum
+from django.http import HttpResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.renderers import BaseRenderer
+from rest_framework.views import APIView
+
+from .api.permissions import IsStaffReadChangeWrite
+from .clock import Clock, system_clock
+from .conf import conf
+from .models import WAITING_STATES, EventType, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
+
+WINDOW = timedelta(hours=1)
+"""Durations, start lags and claim latencies describe runs finished in this window; event counts likewise."""
+
+COUNTED_EVENTS: dict[str, tuple[str, str]] = {
+    # event type: (counter name, help). Rare events, so counting all of them stays cheap.
+    EventType.MARKED_DEAD: ("distsched_runs_dead", "Runs that went dead, out of attempts (marked_dead events; "
+                                                   "a run requeued and dead again counts twice)."),
+    EventType.FAILED: ("distsched_run_failures", "Failed attempts (failed events)."),
+    EventType.RETRY_SCHEDULED: ("distsched_run_retries", "Retries scheduled after a failed attempt "
+                                                         "(retry_scheduled events)."),
+    EventType.LEASE_EXPIRED: ("distsched_leases_expired", "Leases that expired because their worker went "
+                                                          "silent (lease_expired events)."),
+}
+WINDOWED_EVENTS: tuple[str, ...] = (*COUNTED_EVENTS, EventType.SUCCEEDED, EventType.CANCELLED, EventType.SKIPPED,
+                                    EventType.LEASE_LOST)
+
+BUCKETS: tuple[float, ...] = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+"""Upper bounds (seconds) of the duration, start-lag and claim-latency histograms."""
+
+TIMINGS: dict[str, tuple[str, str, str]] = {
+    # name: (end field, start field, help)
+    "run_duration_seconds": ("finished_at", "started_at",
+                             "Run duration (finished_at - started_at of the last attempt) of runs that ended "
+                             "succeeded or dead in the last hour."),
+    "run_start_lag_seconds": ("started_at", "scheduled_for",
+                              "Start lag (started_at - scheduled_for: how late the last attempt started "
+                              "after its slot, retry backoff included) of runs finished in the last hour."),
+    "run_claim_latency_seconds": ("started_at", "available_at",
+                                  "Claim latency (started_at - available_at: how long the last attempt waited "
+                                  "for a worker once eligible) of runs finished in the last hour."),
+}
 
 
-def metrics_view(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("", content_type="text/plain; version=0.0.4")
+@dataclass(frozen=True, kw_only=True)
+class Timing:
+    """A distribution over the window: cumulative bucket counts, count and sum."""
+
+    buckets: tuple[int, ...]
+    count: int
+    total_seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerBeat:
+    worker_id: str
+    status: str
+    heartbeat_at: datetime
+    clock_skew_seconds: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """Everything one scrape reports, read at one instant ``now``."""
+
+    now: datetime
+    runs: dict[tuple[str, str], int]  # (state, queue) -> count
+    oldest_waiting: dict[str, datetime]  # queue -> oldest available_at of a due pending/retrying run
+    events: dict[str, int]  # event type -> count of all time (COUNTED_EVENTS only)
+    recent_events: dict[str, int]  # event type -> count in the last WINDOW (WINDOWED_EVENTS)
+    timings: dict[str, dict[str, Timing]]  # metric name -> queue -> timing
+    live_workers: list[WorkerBeat]
+    stopped_workers: int
+    schedules_total: int
+    schedules_paused: int
+    schedules_overdue: int
+    oldest_overdue: datetime | None
+    queues: list[str] = field(default_factory=list)
+
+
+def read_snapshot(now: datetime) -> Snapshot:
+    """Seven small queries; the events table is only read through its ``(event_type, created_at)`` index."""
+    runs: dict[tuple[str, str], int] = {}
+    oldest_waiting: dict[str, datetime] = {}
+    # One GROUP BY over the runs table; the only query whose cost grows with history (prune keeps it small).
+    due_waiting = Q(state__in=WAITING_STATES, available_at__lte=now)
+    for row in (Run.objects.order_by().values("state", "queue")
+                .annotate(n=Count("*"), oldest=Min("available_at", filter=due_waiting))):
+        runs[(row["state"], row["queue"])] = row["n"]
+        if row["oldest"] is not None:
+            previous = oldest_waiting.get(row["queue"])
+            oldest_waiting[row["queue"]] = row["oldest"] if previous is None else min(previous, row["oldest"])
+    # Ranges of the (event_type, created_at) index only: every rare event, and the
+    # last hour of the frequent ones. Counting created_at needs no event row.
+    since = now - WINDOW
+    events: dict[str, int] = {}
+    recent_events: dict[str, int] = {}
+    for row in (RunEvent.objects.filter(Q(event_type__in=list(COUNTED_EVENTS))
+                                        | Q(event_type__in=WINDOWED_EVENTS, created_at__gte=since))
+                .order_by().values("event_type")
+                .annotate(n=Count("created_at"), recent=Count("created_at", filter=Q(created_at__gte=since)))):
+        events[row["event_type"]] = row["n"]
+        recent_events[row["event_type"]] = row["recent"]
+    live_workers = [
+        WorkerBeat(worker_id=w, status=s, heartbeat_at=h, clock_skew_seconds=k)
+        for w, s, h, k in Worker.objects.exclude(status=WorkerStatus.STOPPED).order_by("worker_id")
+        .values_list("worker_id", "status", "heartbeat_at", "clock_skew_seconds")
+    ]
+    stopped = Worker.objects.filter(status=WorkerStatus.STOPPED).count()
+    schedules = Schedule.objects.aggregate(total=Count("*"), paused=Count("pk", filter=Q(paused=True)))
+    overdue = Schedule.objects.overdue(now, conf.MISFIRE_GRACE_SECONDS).aggregate(
+        n=Count("*"), oldest=Min("next_run_at")
+    )
+    queues = sorted({queue for _, queue in runs} | {"default"})
+    return Snapshot(
+        now=now, runs=runs, oldest_waiting=oldest_waiting, events=events,
+        recent_events=recent_events, timings=_timings(now),
+        live_workers=live_workers, stopped_workers=stopped, schedules_total=schedules["total"],
+        schedules_paused=schedules["paused"], schedules_overdue=overdue["n"], oldest_overdue=overdue["oldest"],
+        queues=queues,
+    )
+
+
+def _timings(now: datetime) -> dict[str, dict[str, Timing]]:
+    """One grouped query over the window (``finished_at`` index): bucket counts as conditional COUNTs."""
+    qs = Run.objects.filter(
+        finished_at__gte=now - WINDOW, state__in=[RunState.SUCCEEDED, RunState.DEAD], started_at__isnull=False
+    ).order_by()
+    aggregates: dict[str, Any] = {}
+    for name, (end, start, _) in TIMINGS.items():
+        qs = qs.alias(**{name: ExpressionWrapper(F(end) - F(start), output_field=DurationField())})
+        aggregates[f"{name}__sum"] = Sum(name)
+        for i, bound in enumerate(BUCKETS):
+            aggregates[f"{name}__le{i}"] = Count("pk", filter=Q(**{f"{name}__lte": timedelta(seconds=bound)}))
+    aggregates["n"] = Count("*")
+    out: dict[str, dict[str, Timing]] = {name: {} for name in TIMINGS}
+    for row in qs.values("queue").annotate(**aggregates):
+        for name in TIMINGS:
+            total = row[f"{name}__sum"]
+            out[name][row["queue"]] = Timing(
+                buckets=tuple(row[f"{name}__le{i}"] for i in range(len(BUCKETS))),
+                count=row["n"],
+                total_seconds=total.total_seconds() if total is not None else 0.0,
+            )
+    return out
+
+
+class DistschedCollector(Collector):
+    """A prometheus-client collector over the database; reads the clock once per collect.
+
+    Register it in any registry (``REGISTRY.register(DistschedCollector())``)
+    to serve distsched's metrics from an existing exporter.
+    """
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock or system_clock
+
+    def describe(self) -> list[Metric]:
+        return []  # no query at registration time
+
+    def collect(self) -> Iterator[Metric]:
+        yield from families(read_snapshot(self.clock.now()))
+
+
+def families(s: Snapshot) -> Iterator[Metric]:
+    """The metric families of one snapshot (pure: no database, no clock)."""
+    runs = GaugeMetricFamily("distsched_runs", "Runs by current state and queue.", labels=["state", "queue"])
+    for queue in s.queues:
+        for state in RunState.values:
+            runs.add_metric([state, queue], s.runs.get((state, queue), 0))
+    yield runs
+    succeeded = CounterMetricFamily("distsched_runs_succeeded", "Runs that succeeded (runs in state succeeded).",
+                                    labels=["queue"])
+    for queue in s.queues:
+        succeeded.add_metric([queue], s.runs.get((RunState.SUCCEEDED, queue), 0))
+    yield succeeded
+    for event_type, (name, text) in COUNTED_EVENTS.items():
+        yield CounterMetricFamily(name, text, value=s.events.get(event_type, 0))
+    recent = GaugeMetricFamily("distsched_run_events_last_hour", "Run events of each type recorded in the last "
+                               "hour (unaffected by prune and requeue: use it for alerts).", labels=["event_type"])
+    for event_type in WINDOWED_EVENTS:
+        recent.add_metric([str(event_type)], s.recent_events.get(event_type, 0))
+    yield recent
+    waiting = GaugeMetricFamily("distsched_oldest_waiting_run_age_seconds",
+                                "Seconds the oldest due pending/retrying run has been waiting for a worker "
+                                "(0: none waiting).", labels=["queue"])
+    for queue in s.queues:
+        oldest = s.oldest_waiting.get(queue)
+        waiting.add_metric([queue], _age(s.now, oldest))
+    yield waiting
+
+    for name, (_, _, text) in TIMINGS.items():
+        histogram = GaugeHistogramMetricFamily(f"distsched_{name}", text, labels=["queue"])
+        for queue, t in sorted(s.timings[name].items()):
+            buckets = [(_bound(b), n) for b, n in zip(BUCKETS, t.buckets, strict=True)] + [("+Inf", t.count)]
+            histogram.add_metric([queue], buckets, gsum_value=t.total_seconds)
+        yield histogram
+
+    stale_cutoff = s.now - timedelta(seconds=conf.STALE_AFTER_SECONDS)
+    stale = sum(1 for w in s.live_workers if w.heartbeat_at < stale_cutoff)
+    workers = GaugeMetricFamily("distsched_workers", "Workers by liveness: alive (heartbeat fresh), stale "
+                                "(not stopped, heartbeat older than STALE_AFTER_SECONDS), stopped.", labels=["state"])
+    workers.add_metric(["alive"], len(s.live_workers) - stale)
+    workers.add_metric(["stale"], stale)
+    workers.add_metric(["stopped"], s.stopped_workers)
+    yield workers
+    age = GaugeMetricFamily("distsched_worker_heartbeat_age_seconds",
+                            "Seconds since each non-stopped worker's last heartbeat.", labels=["worker_id", "status"])
+    skew = GaugeMetricFamily("distsched_worker_clock_skew_seconds",
+                             "How far each worker's clock is ahead of the database's (PostgreSQL only).",
+                             labels=["worker_id"])
+    for w in s.live_workers:
+        age.add_metric([w.worker_id, w.status], _age(s.now, w.heartbeat_at))
+        if w.clock_skew_seconds is not None:
+            skew.add_metric([w.worker_id], w.clock_skew_seconds)
+    yield age
+    yield skew
+
+    schedules = GaugeMetricFamily("distsched_schedules", "Schedules by state.", labels=["state"])
+    schedules.add_metric(["active"], s.schedules_total - s.schedules_paused)
+    schedules.add_metric(["paused"], s.schedules_paused)
+    yield schedules
+    yield GaugeMetricFamily("distsched_schedules_overdue",
+                            "Active schedules whose next_run_at is older than MISFIRE_GRACE_SECONDS: "
+                            "no ticker is running.", value=s.schedules_overdue)
+    yield GaugeMetricFamily("distsched_schedule_max_overdue_seconds",
+                            "Seconds the most overdue active schedule's next_run_at is in the past "
+                            "(0: none overdue).", value=_age(s.now, s.oldest_overdue))
+
+
+def _age(now: datetime, then: datetime | None) -> float:
+    return max(0.0, (now - then).total_seconds()) if then is not None else 0.0
+
+
+def _bound(seconds: float) -> str:
+    return repr(float(seconds))
+
+
+# ------------------------------------------------------------------ the view
+
+class PrometheusTextRenderer(BaseRenderer):
+    """Renders DRF's error responses (401/403/405) as one plain-text line."""
+
+    media_type = "text/plain"
+    format = "txt"
+    charset = "utf-8"
+
+    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
+        if isinstance(data, dict) and "detail" in data:
+            data = data["detail"]
+        return f"{data}\n".encode()
+
+
+class PlainTextNegotiation(BaseContentNegotiation):
+    """Whatever the scraper's Accept header says, the answer is Prometheus text (never a 406)."""
+
+    def select_parser(self, request: Any, parsers: list) -> Any:
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request: Any, renderers: list, format_suffix: str | None = None) -> tuple:
+        return renderers[0], renderers[0].media_type
+
+
+class MetricsView(APIView):
+    """``GET /metrics``: authenticated like the API, unless ``METRICS_PUBLIC``."""
+
+    permission_classes = [IsStaffReadChangeWrite]
+    renderer_classes = [PrometheusTextRenderer]
+    content_negotiation_class = PlainTextNegotiation
+    http_method_names = ["get", "head"]
+    schema = None  # not part of the REST API's OpenAPI document
+    clock: Clock = system_clock  # tests may set a FakeClock
+
+    def get_authenticators(self) -> list:
+        # Public metrics skip authentication entirely, so a stale token or
+        # session cookie on the scraper cannot turn a public endpoint into a 401.
+        return [] if conf.METRICS_PUBLIC else super().get_authenticators()
+
+    def get_permissions(self) -> list:
+        return [] if conf.METRICS_PUBLIC else super().get_permissions()
+
+    def get(self, request: Any) -> HttpResponse:
+        registry = CollectorRegistry()
+        registry.register(DistschedCollector(self.clock))
+        return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+metrics_view = MetricsView.as_view()

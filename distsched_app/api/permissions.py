@@ -17,5 +17,8 @@ class IsStaffReadChangeWrite(BasePermission):
             return False
         if request.method in SAFE_METHODS:
             return True
+        if request.method not in getattr(view, "allowed_methods", (request.method,)):
+            # The view has no handler for it: nothing to protect, let DRF answer 405.
+            return True
         model = getattr(view, "permission_model", None)
         return bool(model) and user.has_perm(f"distsched_app.change_{model}")

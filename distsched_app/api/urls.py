@@ -1,3 +1,25 @@
-"""REST API routes (filled in by the API module)."""
+"""REST API routes, mounted under ``/api/`` by ``distsched_app.urls``.
 
-urlpatterns: list = []
+Every route answers with and without a trailing slash (``/?$``), so neither
+form redirects (a redirect would turn a POST into a GET in many clients).
+"""
+
+from django.urls import re_path
+from rest_framework.routers import SimpleRouter
+
+from .views import DocsView, RunViewSet, ScheduleViewSet, SchemaView, StatsView, WorkerViewSet
+
+app_name = "distsched_api"
+
+router = SimpleRouter()
+router.trailing_slash = "/?"  # the constructor only offers "/" or ""; routes are regexes, so "/?" works
+router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("runs", RunViewSet, basename="run")
+router.register("workers", WorkerViewSet, basename="worker")
+
+urlpatterns = [
+    *router.urls,
+    re_path(r"^stats/?$", StatsView.as_view(), name="stats"),
+    re_path(r"^schema/?$", SchemaView.as_view(), name="schema"),
+    re_path(r"^docs/?$", DocsView.as_view(url_name="distsched_api:schema"), name="docs"),
+]

@@ -33,7 +33,7 @@ def validate_name(name: Any) -> str:
         raise InvalidName("name is required")
     if len(name) > NAME_MAX:
         raise InvalidName(f"name is longer than {NAME_MAX} characters")
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):  # fullmatch: "$" would accept a trailing newline
         raise InvalidName("name may contain only letters, digits, '-' and '_' (a slug)")
     return name
 
@@ -46,10 +46,14 @@ def validate_task_name(task_name: Any) -> str:
 
 
 def _depth(value: Any, limit: int, field: str, level: int = 1) -> None:
+    """Bounded nesting, and no NUL in strings or keys (PostgreSQL's jsonb cannot store it)."""
     if level > limit:
         raise InvalidPayload(f"{field} is nested deeper than {limit} levels", field=field)
+    if isinstance(value, str) and "\x00" in value:
+        raise InvalidPayload(f"{field} contains a NUL character (\\u0000), which cannot be stored", field=field)
     if isinstance(value, dict):
-        for item in value.values():
+        for key, item in value.items():
+            _depth(key, limit, field, level)
             _depth(item, limit, field, level + 1)
     elif isinstance(value, list | tuple):
         for item in value:
@@ -186,7 +190,7 @@ def validate_schedule_fields(data: dict[str, Any], *, now: datetime, check_run_a
     out["catch_up"] = _choice(data.get("catch_up") or conf.CATCH_UP, CatchUp, field="catch_up")
     out["overlap"] = _choice(data.get("overlap") or Overlap.ALLOW, Overlap, field="overlap")
     queue = data.get("queue") or "default"
-    if not isinstance(queue, str) or not QUEUE_RE.match(queue):
+    if not isinstance(queue, str) or not QUEUE_RE.fullmatch(queue):
         raise ValidationError("queue may contain only letters, digits, '.', '-' and '_' (1-100)", field="queue")
     out["queue"] = queue
     paused = data.get("paused", False)

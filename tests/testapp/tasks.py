@@ -67,3 +67,25 @@ def raise_cancelled() -> None:
 
 
 HOOKS: dict = {}
+
+
+@task("tests.record_slow_first")
+def record_slow_first(context: RunContext, first_sleep: float = 0.0, sleep: float = 0.0) -> None:
+    """Like tests.record, but the first attempt sleeps ``first_sleep`` (a run to interrupt)."""
+    from .models import Execution
+
+    Execution.objects.create(
+        run_id=context.run_id, attempt=context.attempt, worker_id=context.worker_id, pid=os.getpid()
+    )
+    time.sleep(first_sleep if context.attempt == 1 else sleep)
+
+
+@task("tests.crash")
+def crash(context: RunContext, code: int = 17) -> None:
+    """A poison task: records the execution, then kills the interpreter (no outcome is ever recorded)."""
+    from .models import Execution
+
+    Execution.objects.create(
+        run_id=context.run_id, attempt=context.attempt, worker_id=context.worker_id, pid=os.getpid()
+    )
+    os._exit(code)

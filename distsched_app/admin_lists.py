@@ -1,0 +1,163 @@
+"""Changelist plumbing that stays fast on a million runs: a counting paginator and cheap list filters.
+
+Django's stock filters would scan the runs table to offer choices
+(``SELECT DISTINCT task_name FROM run``) or load every schedule into the
+sidebar. These take their choices from the small tables (schedules, the
+task registry, the state enum) and filter with plain indexed lookups. Their
+parameters are named like the REST API's (``?state=dead&schedule=nightly``).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from django.contrib import admin
+from django.core.paginator import Paginator
+from django.db import connections
+from django.db.models import QuerySet
+
+from .admin_support import request_now
+from .conf import conf
+from .models import Origin, RunState, Schedule, WorkerStatus
+from .registry import registry
+
+MAX_ID = 2**63 - 1
+
+
+def parse_id(term: str, *, marked: bool = False) -> int | None:
+    """``"17"`` (or ``"#17"``; only ``"#17"`` when ``marked``) as a row id; None for anything else,
+    including numbers too big for a bigint column (which PostgreSQL would refuse with an error)."""
+    if term.startswith("#"):
+        term = term[1:]
+    elif marked:
+        return None
+    if not term.isdigit() or int(term) > MAX_ID:
+        return None
+    return int(term)
+
+
+class LargeTablePaginator(Paginator):
+    """Exact counts, except for an unfiltered list of a big table on PostgreSQL.
+
+    There the planner's row estimate (``pg_class.reltuples``, kept fresh by
+    autovacuum) stands in for ``COUNT(*)``, which would scan every row on every
+    page view. Filtered lists are counted exactly: their indexes keep that cheap.
+    SQLite counts a million-row table from its smallest index in milliseconds.
+    """
+
+    estimate_above = 100_000
+
+    @cached_property
+    def count(self) -> int:
+        qs = self.object_list
+        if isinstance(qs, QuerySet) and not qs.query.where and connections[qs.db].vendor == "postgresql":
+            estimate = self._estimate(qs)
+            if estimate >= self.estimate_above:
+                return estimate
+        return qs.count() if isinstance(qs, QuerySet) else len(qs)
+
+    @staticmethod
+    def _estimate(qs: QuerySet) -> int:
+        with connections[qs.db].cursor() as cursor:
+            cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                           [qs.model._meta.db_table])
+            row = cursor.fetchone()
+        return int(row[0]) if row and row[0] is not None else -1
+
+
+class ValueFilter(admin.SimpleListFilter):
+    """Filter on one field with a plain equality; subclasses say where the choices come from."""
+
+    field_name = ""
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        return queryset.filter(**{self.field_name: value})
+
+    def lookups(self, request, model_admin):
+        choices = [(v, v) for v in self.values()]
+        selected = self.value()
+        if selected is not None and selected not in {v for v, _ in choices}:
+            choices.append((selected, selected))  # a link from elsewhere may name a value not offered here
+        return choices
+
+    def values(self) -> list[str]:  # pragma: no cover - overridden
+        return []
+
+
+class StateFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return RunState.choices
+
+    def queryset(self, request, queryset):
+        return queryset.filter(state=self.value()) if self.value() else queryset
+
+
+class OriginFilter(admin.SimpleListFilter):
+    title = "origin"
+    parameter_name = "origin"
+
+    def lookups(self, request, model_admin):
+        return Origin.choices
+
+    def queryset(self, request, queryset):
+        return queryset.filter(origin=self.value()) if self.value() else queryset
+
+
+class TaskFilter(ValueFilter):
+    """Task names from the registry and the schedules (small), never from the runs table."""
+
+    title = "task"
+    parameter_name = "task_name"
+    field_name = "task_name"
+
+    def values(self) -> list[str]:
+        used = Schedule.objects.order_by().values_list("task_name", flat=True).distinct()
+        return sorted(set(registry.names()) | set(used))
+
+
+class QueueFilter(ValueFilter):
+    title = "queue"
+    parameter_name = "queue"
+    field_name = "queue"
+
+    def values(self) -> list[str]:
+        return sorted(set(Schedule.objects.order_by().values_list("queue", flat=True).distinct()))
+
+
+class ScheduleFilter(ValueFilter):
+    """By schedule name. Offers the first schedules by name, so the sidebar stays short with
+    thousands of schedules; any schedule works through ``?schedule=<name>`` (its page links there)."""
+
+    title = "schedule"
+    parameter_name = "schedule"
+    field_name = "schedule__name"
+    offered = 30
+
+    def values(self) -> list[str]:
+        return list(Schedule.objects.order_by("name").values_list("name", flat=True)[: self.offered])
+
+
+class WorkerLivenessFilter(admin.SimpleListFilter):
+    """alive / stale / stopped, with the model's QuerySet vocabulary and the request's clock reading."""
+
+    title = "liveness"
+    parameter_name = "liveness"
+
+    def lookups(self, request, model_admin):
+        return [("alive", "alive"), ("stale", "stale"), ("stopped", "stopped")]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value == "alive":
+            return queryset.alive(request_now(request), conf.STALE_AFTER_SECONDS)
+        if value == "stale":
+            return queryset.stale(request_now(request), conf.STALE_AFTER_SECONDS)
+        if value == "stopped":
+            return queryset.filter(status=WorkerStatus.STOPPED)
+        return queryset

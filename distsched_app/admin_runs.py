@@ -1,0 +1,289 @@
+"""Runs and their event history in the admin: fast lists, read-only pages, cancel and requeue.
+
+Runs are never hand-edited: the change page is a view, and state changes only
+through ``services.runs.cancel_run`` / ``requeue_run`` (actions or the page's
+buttons). The list stays fast with a million runs: no full COUNT, no facet
+counts, filter choices from small tables, the schedule joined, payloads and
+tracebacks deferred, and sorting only by id.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q
+from django.urls import path
+from django.utils.html import format_html
+
+from . import admin_views
+from .admin_display import change_url, pretty_json, state_badge, timestamp_field
+from .admin_lists import (
+    LargeTablePaginator,
+    OriginFilter,
+    QueueFilter,
+    ScheduleFilter,
+    StateFilter,
+    TaskFilter,
+    parse_id,
+)
+from .admin_support import (
+    DistschedMedia,
+    ObjectActionsMixin,
+    apply_each,
+    operator,
+    report_problems,
+    request_now,
+    selected_keys,
+)
+from .models import Run, RunEvent, RunState, Schedule
+from .services import runs as run_service
+
+
+class RunEventInline(admin.TabularInline):
+    """The run's history, oldest first; append-only, so read-only here."""
+
+    model = RunEvent
+    fields = ("at", "event_type", "attempt", "worker_id", "message")
+    readonly_fields = fields
+    at = timestamp_field("created_at", "at (UTC)", ms=True)
+    ordering = ("id",)
+    extra = 0
+    max_num = 0
+    can_delete = False
+    verbose_name_plural = "history (events, oldest first)"
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
+    list_display = ("id", "task_name", "schedule_name", "state_badge", "attempts_of", "scheduled", "finished",
+                    "queue", "origin")
+    sortable_by = ("id",)  # the only order a million-row table can serve from an index, newest first
+    list_display_links = ("id",)
+    list_filter = (StateFilter, TaskFilter, QueueFilter, ScheduleFilter, OriginFilter)
+    list_select_related = ("schedule",)
+    search_fields = ("idempotency_key",)  # see get_search_results
+    search_help_text = "#id for one run; otherwise an idempotency key (or its beginning), or text of the last error."
+    list_per_page = 50
+    paginator = LargeTablePaginator
+    show_full_result_count = False  # no second COUNT(*) over the whole table
+    show_facets = admin.ShowFacets.NEVER  # facet counts would scan the table once per filter choice
+    actions = ("cancel_runs", "requeue_runs")
+    object_actions = ("cancel", "requeue")
+    inlines = (RunEventInline,)
+    # Columns the list never shows; a page of runs should not drag tracebacks and payloads along.
+    heavy_fields = ("args", "kwargs", "last_error", "result", "schedule__args", "schedule__kwargs")
+    fieldsets = (
+        (None, {"fields": ("id", "schedule_link", "task_name", "state_badge", "origin", "queue", "idempotency_key",
+                           "fencing_token", "cancel_requested")}),
+        ("Timing (UTC)", {"fields": ("scheduled_for_utc", "available_at_utc", "started_at_utc", "finished_at_utc",
+                                     "duration", "created_at_utc", "updated_at_utc")}),
+        ("Attempts and lease", {"fields": ("attempts", "max_attempts", "lease_owner", "lease_expires_at_utc")}),
+        ("Payload and result", {"fields": ("args_json", "kwargs_json", "result_json")}),
+        ("Last error", {"fields": ("error_text",)}),
+    )
+    readonly_fields = tuple(f for _, opts in fieldsets for f in opts["fields"])
+    scheduled = timestamp_field("scheduled_for", "scheduled for (UTC)")
+    finished = timestamp_field("finished_at", "finished (UTC)")
+    scheduled_for_utc = timestamp_field("scheduled_for", "scheduled for", ms=True)
+    available_at_utc = timestamp_field("available_at", "available at", ms=True)
+    started_at_utc = timestamp_field("started_at", "started at", ms=True)
+    finished_at_utc = timestamp_field("finished_at", "finished at", ms=True)
+    created_at_utc = timestamp_field("created_at", "created at", ms=True)
+    updated_at_utc = timestamp_field("updated_at", "updated at", ms=True)
+    lease_expires_at_utc = timestamp_field("lease_expires_at", "lease expires at (UTC)", ms=True)
+
+    def has_add_permission(self, request):
+        return False  # runs come from the tick, a trigger or the API
+
+    def has_change_permission(self, request, obj=None):
+        return False  # run state changes only through the cancel/requeue actions
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # history is pruned by `manage.py distsched prune`
+
+    def has_operate_permission(self, request, obj=None) -> bool:
+        """May cancel and requeue runs: the model's change permission."""
+        return request.user.has_perm(f"{self.opts.app_label}.change_{self.opts.model_name}")
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("schedule")
+
+    def get_changelist(self, request, **kwargs):
+        heavy = self.heavy_fields
+        base = super().get_changelist(request, **kwargs)
+
+        class RunChangeList(base):
+            def get_queryset(self, request, exclude_parameters=None):
+                return super().get_queryset(request, exclude_parameters).defer(*heavy)
+
+        return RunChangeList
+
+    def get_search_results(self, request, queryset, search_term):
+        """``#17``: run 17; ``17``: run 17, or a key or an error containing it; other text: an
+        idempotency key starting with it (``nightly:2026-03``) or the last error containing it."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if (run_id := parse_id(term, marked=True)) is not None:
+            return queryset.filter(pk=run_id), False
+        match = Q(idempotency_key__startswith=term) | Q(last_error__icontains=term)
+        if (run_id := parse_id(term)) is not None:
+            match |= Q(pk=run_id)
+        return queryset.filter(match), False
+
+    def get_urls(self):
+        dashboard = path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="distsched_dashboard")
+        return [dashboard, *super().get_urls()]
+
+    def dashboard_view(self, request):
+        return admin_views.dashboard(self, request)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        context = {
+            "can_operate": self.has_operate_permission(request),
+            "cancellable_states": run_service.CANCELLABLE_AT_ONCE + run_service.CANCELLABLE_COOPERATIVELY,
+            "requeueable_states": run_service.REQUEUEABLE,
+            **(extra_context or {}),
+        }
+        return super().change_view(request, object_id, form_url, context)
+
+    # -- columns
+
+    @admin.display(description="schedule", ordering="schedule__name")
+    def schedule_name(self, obj: Run) -> str:
+        return format_html("<a href='{}'>{}</a>", change_url(Schedule, obj.schedule_id), obj.schedule.name)
+
+    @admin.display(description="schedule")
+    def schedule_link(self, obj: Run) -> str:
+        return self.schedule_name(obj)
+
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, obj: Run) -> str:
+        extra = " (cancel requested)" if obj.cancel_requested and obj.state in run_service.CANCELLABLE_COOPERATIVELY \
+            else ""
+        return format_html("{}{}", state_badge(obj.state), extra)
+
+    @admin.display(description="attempts")
+    def attempts_of(self, obj: Run) -> str:
+        return f"{obj.attempts}/{obj.max_attempts}"
+
+    @admin.display(description="fencing token")
+    def fencing_token(self, obj: Run) -> str:
+        return obj.fencing_token
+
+    @admin.display(description="duration")
+    def duration(self, obj: Run) -> str:
+        if obj.started_at and obj.finished_at:
+            return f"{(obj.finished_at - obj.started_at).total_seconds():.3f}s"
+        return "-"
+
+    @admin.display(description="args")
+    def args_json(self, obj: Run) -> str:
+        return pretty_json(obj.args)
+
+    @admin.display(description="kwargs")
+    def kwargs_json(self, obj: Run) -> str:
+        return pretty_json(obj.kwargs)
+
+    @admin.display(description="result")
+    def result_json(self, obj: Run) -> str:
+        return pretty_json(obj.result) if obj.result is not None else "-"
+
+    @admin.display(description="last error (message and traceback)")
+    def error_text(self, obj: Run) -> str:
+        return format_html("<pre class='distsched-pre distsched-error'>{}</pre>", obj.last_error) \
+            if obj.last_error else "-"
+
+    # -- actions: one service call per run
+
+    def _apply(self, request, keys, service, *, verb: str):
+        now, by = request_now(request), operator(request)
+        outcome = apply_each(keys, lambda run_id: service(run_id, now=now, by=by))
+        report_problems(self, request, outcome, verb=verb, noun="run")
+        return outcome
+
+    def _cancel(self, request, keys):
+        outcome = self._apply(request, keys, run_service.cancel_run, verb="cancelled")
+        stopped = [r for r in outcome.done if r.state == RunState.CANCELLED]
+        asked = len(outcome.done) - len(stopped)
+        if stopped:
+            self.message_user(request, f"Cancelled {len(stopped)} run(s).", messages.SUCCESS)
+        if asked:
+            self.message_user(request, f"Asked {asked} running run(s) to stop: their tasks see "
+                                       "context.cancel_requested().", messages.SUCCESS)
+
+    def _requeue(self, request, keys):
+        outcome = self._apply(request, keys, run_service.requeue_run, verb="requeued")
+        if outcome.done:
+            self.message_user(request, f"Requeued {len(outcome.done)} run(s): pending now.", messages.SUCCESS)
+
+    @admin.action(description="Cancel selected runs", permissions=["operate"])
+    def cancel_runs(self, request, queryset):
+        if (keys := selected_keys(self, request, queryset, "pk")) is not None:
+            self._cancel(request, keys)
+
+    @admin.action(description="Requeue selected runs (dead or cancelled)", permissions=["operate"])
+    def requeue_runs(self, request, queryset):
+        if (keys := selected_keys(self, request, queryset, "pk")) is not None:
+            self._requeue(request, keys)
+
+    def check_object_action(self, request, obj, name):
+        if not self.has_operate_permission(request, obj):
+            raise PermissionDenied
+
+    def cancel_object(self, request, obj):
+        self._cancel(request, [obj.pk])
+
+    def requeue_object(self, request, obj):
+        self._requeue(request, [obj.pk])
+
+
+@admin.register(RunEvent)
+class RunEventAdmin(DistschedMedia, admin.ModelAdmin):
+    list_display = ("id", "at", "run_link", "event_type", "attempt", "worker_id", "short_message")
+    sortable_by = ("id",)
+    list_filter = ("event_type",)
+    search_fields = ("message",)  # see get_search_results
+    search_help_text = "A run id, a worker id, or text from the message."
+    ordering = ("-id",)
+    list_per_page = 100
+    paginator = LargeTablePaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    fields = ("id", "run_link", "event_type", "attempt", "worker_id", "message", "at")
+    readonly_fields = fields
+    at = timestamp_field("created_at", "at (UTC)", ms=True)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if (run_id := parse_id(term)) is not None:
+            return queryset.filter(run_id=run_id), False
+        return queryset.filter(Q(worker_id=term) | Q(message__icontains=term)), False
+
+    @admin.display(description="run", ordering="run_id")
+    def run_link(self, obj: RunEvent) -> str:
+        return format_html("<a href='{}'>#{}</a>", change_url(Run, obj.run_id), obj.run_id)
+
+    @admin.display(description="message")
+    def short_message(self, obj: RunEvent) -> str:
+        return obj.message if len(obj.message) <= 120 else obj.message[:117] + "..."

@@ -1,0 +1,224 @@
+"""Schedules in the admin: list, add/change through the service layer, pause/resume/trigger.
+
+Saving calls ``create_schedule`` / ``update_schedule`` (which compute
+``next_run_at``); deleting calls ``delete_schedule``; the actions and the
+change page's buttons call ``pause_schedule``, ``resume_schedule`` and
+``trigger_schedule`` once per schedule.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import OuterRef, Subquery
+from django.http import HttpResponseRedirect
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
+
+from .admin_display import change_url, state_badge, timestamp_field, ts
+from .admin_forms import ScheduleAdminForm
+from .admin_support import (
+    DistschedMedia,
+    ObjectActionsMixin,
+    apply_each,
+    operator,
+    report_problems,
+    request_now,
+    selected_keys,
+)
+from .errors import DistschedError, ScheduleNotFound
+from .models import Run, Schedule, ScheduleKind
+from .services import schedules as schedule_service
+
+
+class ServiceRejected(Exception):
+    """A save the service refused after the form had validated (a race): nothing was written."""
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
+    form = ScheduleAdminForm
+    list_display = ("name", "task_name", "kind", "recurrence", "next_run", "paused", "last_run", "queue")
+    list_filter = ("paused", "kind", "queue", "task_name")  # the schedules table is small
+    search_fields = ("name", "task_name")
+    list_per_page = 100
+    actions = ("pause_schedules", "resume_schedules", "trigger_schedules")
+    object_actions = ("pause", "resume", "trigger")
+    readonly_fields = ("next_run_at_utc", "upcoming", "recent_runs", "created_at_utc", "updated_at_utc")
+    recent_runs_shown = 10
+    next_run_at_utc = timestamp_field("next_run_at", "next run at (UTC)")
+    created_at_utc = timestamp_field("created_at", "created at (UTC)")
+    updated_at_utc = timestamp_field("updated_at", "updated at (UTC)")
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = [
+            (None, {"fields": ("name", "task_name", "args", "kwargs")}),
+            ("When", {"fields": ("kind", "interval_seconds", "cron", "timezone", "run_at", "start_at", "paused")}),
+            ("Execution", {"fields": ("queue", "max_attempts", "retry_base_seconds", "retry_max_seconds",
+                                      "retry_jitter", "catch_up", "overlap")}),
+        ]
+        if obj is not None:
+            fieldsets.append(("Status", {"fields": self.readonly_fields}))
+        return fieldsets
+
+    def get_queryset(self, request):
+        latest = Run.objects.filter(schedule=OuterRef("pk")).order_by("-id")
+        return super().get_queryset(request).annotate(
+            last_run_id=Subquery(latest.values("id")[:1]),
+            last_run_state=Subquery(latest.values("state")[:1]),
+        )
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        form.now = request_now(request)
+        return form
+
+    # -- list and detail columns
+
+    @admin.display(description="recurrence")
+    def recurrence(self, obj: Schedule) -> str:
+        if obj.kind == ScheduleKind.INTERVAL:
+            return f"every {obj.interval_seconds}s"
+        if obj.kind == ScheduleKind.CRON:
+            return f"{obj.cron} ({obj.timezone})"
+        return f"once at {ts(obj.run_at)}" if obj.run_at else "once"
+
+    @admin.display(description="next run (UTC)", ordering="next_run_at")
+    def next_run(self, obj: Schedule) -> str:
+        return ts(obj.next_run_at)
+
+    @admin.display(description="last run", ordering="last_run_id")
+    def last_run(self, obj: Schedule) -> str:
+        if getattr(obj, "last_run_id", None) is None:
+            return "-"
+        return format_html("<a href='{}'>#{}</a> {}", change_url(Run, obj.last_run_id), obj.last_run_id,
+                           state_badge(obj.last_run_state))
+
+    @admin.display(description="next 5 fire times (UTC)")
+    def upcoming(self, obj: Schedule) -> str:
+        times = schedule_service.upcoming_fire_times(obj, 5)
+        if not times:
+            return "none: the schedule has no further slot"
+        note = " (paused: no run is created until resumed)" if obj.paused else ""
+        items = format_html_join("", "<li>{}</li>", ((ts(t),) for t in times))
+        return format_html("<ol class='distsched-upcoming'>{}</ol>{}", items, note)
+
+    @admin.display(description="recent runs")
+    def recent_runs(self, obj: Schedule) -> str:
+        recent = list(obj.runs.order_by("-id").only(
+            "id", "state", "scheduled_for", "finished_at", "attempts", "origin", "schedule"
+        )[: self.recent_runs_shown])
+        all_url = reverse("admin:distsched_app_run_changelist") + "?" + urlencode({"schedule": obj.name})
+        if not recent:
+            return "no runs yet"
+        rows = format_html_join("", "<tr><td><a href='{}'>#{}</a></td><td>{}</td><td>{}</td><td>{}</td>"
+                                "<td>{}</td><td>{}</td></tr>", (
+            (change_url(Run, r.pk), r.pk, state_badge(r.state), r.origin, r.attempts,
+             ts(r.scheduled_for), ts(r.finished_at))
+            for r in recent
+        ))
+        return format_html(
+            "<table class='distsched-runs'><thead><tr><th>run</th><th>state</th><th>origin</th><th>attempts</th>"
+            "<th>scheduled for (UTC)</th><th>finished (UTC)</th></tr></thead><tbody>{}</tbody></table>"
+            "<p><a href='{}'>All runs of this schedule</a></p>", rows, all_url,
+        )
+
+    # -- saving and deleting through the service layer
+
+    def save_model(self, request, obj, form, change):
+        now = request_now(request)
+        try:
+            if change:
+                saved = schedule_service.update_schedule(obj.name, now=now, **form.changes())
+            else:
+                fields = form.service_fields()
+                saved = schedule_service.create_schedule(
+                    name=form.cleaned_data["name"], task_name=fields.pop("task_name"), now=now, **fields
+                )
+        except DistschedError as exc:
+            raise ServiceRejected(str(exc)) from exc
+        for f in Schedule._meta.concrete_fields:
+            setattr(obj, f.attname, getattr(saved, f.attname))
+        obj._state.adding = False
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except ServiceRejected as exc:
+            # Raised inside the admin's transaction, so it rolled back. Only a race gets here (the form
+            # ran the service's validator): report it and reload the form.
+            self.message_user(request, f"Not saved: {exc}", messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+
+    def delete_model(self, request, obj):
+        try:
+            schedule_service.delete_schedule(obj.name)
+        except ScheduleNotFound:
+            pass  # already gone
+
+    def delete_queryset(self, request, queryset):
+        for name in queryset.values_list("name", flat=True):
+            self.delete_model(request, Schedule(name=name))
+
+    def get_deleted_objects(self, objs, request):
+        """Summarise instead of listing: a schedule may own a million runs, and the stock
+        confirmation page would load every run and event to print them."""
+        objs = list(objs)
+        runs = Run.objects.filter(schedule__in=[o.pk for o in objs]).count()
+        listed = [f"Schedule: {o}" for o in objs]
+        if runs:
+            listed.append(f"{runs} run(s) of {'this schedule' if len(objs) == 1 else 'these schedules'}, "
+                          "with their event history")
+        return listed, {"schedules": len(objs), "runs": runs}, set(), []
+
+    # -- actions: one service call per schedule
+
+    def _apply(self, request, keys, service, *, verb: str):
+        now = request_now(request)
+        outcome = apply_each(keys, lambda name: service(name, now=now))
+        if outcome.done:
+            self.message_user(request, f"{verb.capitalize()} {len(outcome.done)} schedule(s).", messages.SUCCESS)
+        report_problems(self, request, outcome, verb=verb, noun="schedule")
+        return outcome
+
+    @admin.action(description="Pause selected schedules", permissions=["change"])
+    def pause_schedules(self, request, queryset):
+        if (keys := selected_keys(self, request, queryset, "name")) is not None:
+            self._apply(request, keys, schedule_service.pause_schedule, verb="paused")
+
+    @admin.action(description="Resume selected schedules", permissions=["change"])
+    def resume_schedules(self, request, queryset):
+        if (keys := selected_keys(self, request, queryset, "name")) is not None:
+            self._apply(request, keys, schedule_service.resume_schedule, verb="resumed")
+
+    @admin.action(description="Trigger selected schedules now (one manual run each)", permissions=["change"])
+    def trigger_schedules(self, request, queryset):
+        if (keys := selected_keys(self, request, queryset, "name")) is not None:
+            self._trigger(request, keys)
+
+    def _trigger(self, request, keys):
+        now = request_now(request)
+        by = operator(request)
+        outcome = apply_each(
+            keys, lambda name: schedule_service.trigger_schedule(name, now=now, message=f"triggered by {by}")
+        )
+        if outcome.done:
+            links = format_html_join(", ", "<a href='{}'>#{}</a>", ((change_url(Run, r.pk), r.pk)
+                                                                   for r in outcome.done))
+            self.message_user(request, format_html("Triggered {} schedule(s): run {}.", len(outcome.done), links),
+                              messages.SUCCESS)
+        report_problems(self, request, outcome, verb="triggered", noun="schedule")
+
+    def check_object_action(self, request, obj, name):
+        if not self.has_change_permission(request, obj):
+            raise PermissionDenied
+
+    def pause_object(self, request, obj):
+        self._apply(request, [obj.name], schedule_service.pause_schedule, verb="paused")
+
+    def resume_object(self, request, obj):
+        self._apply(request, [obj.name], schedule_service.resume_schedule, verb="resumed")
+
+    def trigger_object(self, request, obj):
+        self._trigger(request, [obj.name])

@@ -1,0 +1,57 @@
+"""The admin dashboard: run counts by state, worker liveness, overdue schedules and a 24-hour chart.
+
+Served by ``RunAdmin.get_urls`` under ``/admin/distsched_app/run/dashboard/``
+(URL name ``admin:distsched_dashboard``), so it needs a staff login like any
+admin page, and the view permission on runs. Every figure comes from a
+read-only service (``services.stats``, ``services.dashboard``); the chart is
+inline SVG drawn server-side from ``dashboard.build_chart``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from .admin_support import request_now
+from .conf import conf
+from .dashboard import build_chart
+from .models import RunState
+from .services import dashboard as dashboard_service
+from .services import stats as stats_service
+
+
+def dashboard(model_admin: Any, request: HttpRequest) -> TemplateResponse:
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    now = request_now(request)
+    figures = stats_service.stats(now=now)
+    runs_url = reverse("admin:distsched_app_run_changelist")
+    workers_url = reverse("admin:distsched_app_worker_changelist")
+    states = [
+        {"state": state, "count": figures.runs_by_state.get(state, 0), "url": f"{runs_url}?state={state}"}
+        for state in RunState.values
+    ]
+    hours = dashboard_service.outcomes_per_hour(now=now)
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Scheduler dashboard",
+        "opts": model_admin.opts,
+        "now": now,
+        "stats": figures,
+        "states": states,
+        "runs_total": sum(s["count"] for s in states),
+        "runs_url": runs_url,
+        "workers_url": workers_url,
+        "schedules_url": reverse("admin:distsched_app_schedule_changelist"),
+        "overdue": dashboard_service.overdue_schedules(now=now),
+        "grace_seconds": conf.MISFIRE_GRACE_SECONDS,
+        "stale_after_seconds": conf.STALE_AFTER_SECONDS,
+        "chart": build_chart(hours),
+        "first_hour": hours[0].start,
+    }
+    request.current_app = model_admin.admin_site.name
+    return TemplateResponse(request, "admin/distsched_app/dashboard.html", context)

@@ -1,0 +1,67 @@
+"""Query-string filters of the list endpoints (django-filter).
+
+An invalid value (an unknown state, say) is a 400 naming the parameter, not an
+empty list: DjangoFilterBackend raises on an invalid filter form. So is an empty
+one (``?state=``): HTML forms mean "any" by it, but it is not one of the values
+the schema lists.
+"""
+
+from __future__ import annotations
+
+import django_filters
+from django import forms
+from drf_spectacular.utils import extend_schema_field
+
+from ..models import Run, RunState, Schedule, ScheduleKind
+
+BOOLEAN_CHOICES = [("true", "true"), ("false", "false")]
+NO_NUL = "^[^\\u0000]*$"
+
+
+def text_filter(description: str, **options) -> django_filters.CharFilter:
+    """An exact-match text filter. Like every Django form field it refuses NUL characters (400),
+    so its schema says so too."""
+    schema = {"type": "string", "pattern": NO_NUL, "description": description}
+    return extend_schema_field(schema)(django_filters.CharFilter(help_text=description, **options))
+
+
+class StrictFilterForm(forms.Form):
+    def clean(self):
+        cleaned = super().clean()
+        for name, field in self.fields.items():
+            if isinstance(field, forms.ChoiceField) and self.data.get(name) == "":
+                self.add_error(name, "Give one of the listed values, or leave the parameter out.")
+        return cleaned
+
+
+class RunFilter(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=RunState.choices, help_text="Only runs in this state.")
+    schedule = text_filter("Only runs of the schedule with this name.", field_name="schedule__name")
+    task_name = text_filter("Only runs of this task.")
+    queue = text_filter("Only runs on this queue.")
+
+    class Meta:
+        model = Run
+        form = StrictFilterForm
+        fields = ["state", "schedule", "task_name", "queue"]
+
+
+class ScheduleFilter(django_filters.FilterSet):
+    # A choice rather than a BooleanFilter: "paused=maybe" must be a 400, not "no filter".
+    paused = django_filters.ChoiceFilter(
+        choices=BOOLEAN_CHOICES, method="filter_paused", help_text="Only paused (true) or active (false) schedules."
+    )
+    kind = django_filters.ChoiceFilter(choices=ScheduleKind.choices, help_text="Only schedules of this kind.")
+    task_name = text_filter("Only schedules of this task.")
+    queue = text_filter("Only schedules on this queue.")
+
+    class Meta:
+        model = Schedule
+        form = StrictFilterForm
+        fields = ["paused", "kind", "task_name", "queue"]
+
+    @extend_schema_field(
+        {"type": "string", "enum": ["true", "false"], "description": "Only paused (true) or active (false) schedules."}
+    )
+    def filter_paused(self, queryset, name, value):
+        return queryset.filter(paused=value == "true")

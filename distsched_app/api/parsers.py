@@ -1,0 +1,62 @@
+"""The API's only request parser: JSON, bounded, so no body can cause a 500.
+
+DRF's ``JSONParser`` turns syntax errors into 400s, but not a body nested a few
+thousand levels deep (``RecursionError`` in the decoder, or later in any code
+that walks the data) nor ``1e999`` (which parses as infinity). This parser
+rejects both, and bodies larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE``, as 400s.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import math
+from typing import Any
+
+from django.conf import settings
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
+from rest_framework.utils.json import strict_constant
+
+MAX_DEPTH = 64
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is out of range")
+    return value
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Iterative, so checking the depth cannot itself overflow the stack."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False
+
+
+class BoundedJSONParser(JSONParser):
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> Any:
+        parser_context = parser_context or {}
+        encoding = parser_context.get("encoding", settings.DEFAULT_CHARSET)
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        raw = stream.read() if limit is None else stream.read(limit + 1)
+        if limit is not None and len(raw) > limit:
+            raise ParseError(f"request body is larger than {limit} bytes")
+        try:
+            text = codecs.decode(raw, encoding)
+            data = json.loads(text, parse_constant=strict_constant, parse_float=_finite_float)
+        except RecursionError:
+            raise ParseError(f"JSON parse error - nested deeper than {MAX_DEPTH} levels") from None
+        except (ValueError, LookupError) as exc:
+            raise ParseError(f"JSON parse error - {exc}") from None
+        if _depth_exceeds(data, MAX_DEPTH):
+            raise ParseError(f"JSON parse error - nested deeper than {MAX_DEPTH} levels")
+        return data

@@ -1,0 +1,234 @@
+"""Representations (output) and input shapes of the REST API.
+
+Input serializers check shapes and JSON types only; the domain rules (a
+registered task, a cron that parses, a known time zone, run_at in the future,
+one kind of recurrence, ...) stay in ``services.validation`` and come back as
+typed errors, which ``api.errors`` turns into field messages.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from ..models import CatchUp, Overlap, Run, RunEvent, Schedule, ScheduleKind, Worker
+from ..services import queries
+from ..services import schedules as schedule_service
+from ..services import workers as worker_service
+from ..services.validation import MAX_ATTEMPTS_LIMIT, MAX_INTERVAL_SECONDS, NAME_MAX
+from .fields import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictDateTimeField,
+    StrictFloatField,
+    StrictIntegerField,
+)
+
+SCHEDULE_FIELDS = [
+    "name", "task_name", "args", "kwargs", "kind", "interval_seconds", "cron", "timezone", "run_at",
+    "start_at", "next_run_at", "paused", "max_attempts", "retry_base_seconds", "retry_max_seconds",
+    "retry_jitter", "catch_up", "overlap", "queue", "created_at", "updated_at",
+]
+RUN_FIELDS = [
+    "id", "schedule", "task_name", "args", "kwargs", "state", "scheduled_for", "available_at", "attempts",
+    "max_attempts", "lease_owner", "lease_expires_at", "started_at", "finished_at", "last_error", "result",
+    "queue", "origin", "idempotency_key", "cancel_requested", "fencing_token", "created_at", "updated_at",
+]
+
+
+def json_list(**options: Any) -> serializers.ListField:
+    """A JSON array of anything (``args``)."""
+    return serializers.ListField(child=serializers.JSONField(allow_null=True), **options)
+
+
+def json_object(**options: Any) -> serializers.DictField:
+    """A JSON object with values of any type (``kwargs``)."""
+    return serializers.DictField(child=serializers.JSONField(allow_null=True), **options)
+
+
+def _datetime(value: datetime | None) -> str | None:
+    return serializers.DateTimeField().to_representation(value)
+
+
+# --------------------------------------------------------------------------
+# Output
+
+
+class ScheduleSerializer(serializers.ModelSerializer):
+    args = json_list(read_only=True)
+    kwargs = json_object(read_only=True)
+
+    class Meta:
+        model = Schedule
+        fields = SCHEDULE_FIELDS
+        read_only_fields = SCHEDULE_FIELDS
+
+
+class LastRunSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Run
+        fields = ["id", "state", "scheduled_for", "finished_at"]
+        read_only_fields = fields
+
+
+class ScheduleDetailSerializer(ScheduleSerializer):
+    upcoming = serializers.SerializerMethodField(help_text="The next 5 fire times, starting at next_run_at.")
+    last_run = serializers.SerializerMethodField(help_text="The schedule's most recently created run.")
+
+    class Meta(ScheduleSerializer.Meta):
+        fields = [*SCHEDULE_FIELDS, "upcoming", "last_run"]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.ListField(child=serializers.DateTimeField()))
+    def get_upcoming(self, schedule: Schedule) -> list[str | None]:
+        # upcoming_fire_times raises OverflowError when a slot would fall after year 9999 (a schedule
+        # made in Python near that year); show the slots that do exist rather than fail the request.
+        for count in range(5, 0, -1):
+            try:
+                return [_datetime(t) for t in schedule_service.upcoming_fire_times(schedule, count)]
+            except OverflowError:
+                continue
+        return []
+
+    @extend_schema_field(LastRunSerializer(allow_null=True))
+    def get_last_run(self, schedule: Schedule) -> dict[str, Any] | None:
+        run = queries.last_run(schedule)
+        return LastRunSerializer(run).data if run is not None else None
+
+
+class RunSerializer(serializers.ModelSerializer):
+    schedule = serializers.SerializerMethodField(help_text="The name of the schedule this run belongs to.")
+    args = json_list(read_only=True)
+    kwargs = json_object(read_only=True)
+    result = serializers.JSONField(read_only=True, allow_null=True, help_text="The task's return value.")
+    fencing_token = serializers.CharField(read_only=True, help_text='"<run id>:<attempt>"; grows with every claim.')
+
+    class Meta:
+        model = Run
+        fields = RUN_FIELDS
+        read_only_fields = RUN_FIELDS
+
+    @extend_schema_field(serializers.CharField())
+    def get_schedule(self, run: Run) -> str:
+        # Lists annotate the name (services.queries.runs); single runs come with their schedule.
+        name = getattr(run, "schedule_name", None)
+        return name if name is not None else run.schedule.name
+
+
+class RunEventSerializer(serializers.ModelSerializer):
+    run = serializers.IntegerField(source="run_id", read_only=True)
+
+    class Meta:
+        model = RunEvent
+        fields = ["id", "run", "event_type", "message", "worker_id", "attempt", "created_at"]
+        read_only_fields = fields
+
+
+class WorkerSerializer(serializers.ModelSerializer):
+    """``context["now"]`` is the request's single reading of the clock."""
+
+    queues = serializers.ListField(child=serializers.CharField(), read_only=True)
+    current_run = serializers.IntegerField(
+        source="current_run_id", read_only=True, allow_null=True, help_text="Id of the run it is executing."
+    )
+    heartbeat_age_seconds = serializers.SerializerMethodField()
+    stale = serializers.SerializerMethodField(
+        help_text="Not stopped, but no heartbeat for longer than STALE_AFTER_SECONDS."
+    )
+
+    class Meta:
+        model = Worker
+        fields = [
+            "worker_id", "hostname", "pid", "queues", "status", "stale", "started_at", "heartbeat_at",
+            "heartbeat_age_seconds", "current_run", "clock_skew_seconds", "runs_executed",
+        ]
+        read_only_fields = fields
+
+    def get_heartbeat_age_seconds(self, worker: Worker) -> float:
+        return (self.context["now"] - worker.heartbeat_at).total_seconds()
+
+    def get_stale(self, worker: Worker) -> bool:
+        return worker_service.is_stale(worker, now=self.context["now"])
+
+
+class RecentFailureSerializer(serializers.Serializer):
+    run_id = serializers.IntegerField()
+    task_name = serializers.CharField()
+    attempt = serializers.IntegerField()
+    message = serializers.CharField(allow_blank=True)
+    at = serializers.DateTimeField()
+
+
+class StatsSerializer(serializers.Serializer):
+    """The shape of ``services.stats.Stats.as_dict()``."""
+
+    runs_by_state = serializers.DictField(child=serializers.IntegerField())
+    schedules_total = serializers.IntegerField()
+    schedules_paused = serializers.IntegerField()
+    schedules_overdue = serializers.IntegerField()
+    workers_alive = serializers.IntegerField()
+    workers_stale = serializers.IntegerField()
+    workers_stopped = serializers.IntegerField()
+    mean_duration_seconds = serializers.FloatField(allow_null=True)
+    retries_last_24h = serializers.IntegerField()
+    failures_last_24h = serializers.IntegerField()
+    recent_failures = RecentFailureSerializer(many=True)
+
+
+# --------------------------------------------------------------------------
+# Input
+
+
+class ScheduleChangeSerializer(serializers.Serializer):
+    """The fields a PATCH may change; each optional (absent = unchanged)."""
+
+    task_name = StrictCharField(max_length=200, required=False, help_text="A registered task name.")
+    args = json_list(required=False, help_text="Positional arguments (a JSON array).")
+    kwargs = json_object(required=False, help_text="Keyword arguments (a JSON object).")
+    kind = serializers.ChoiceField(
+        choices=ScheduleKind.choices, required=False,
+        help_text="Inferred from whichever of interval_seconds, cron or run_at is given.",
+    )
+    interval_seconds = StrictIntegerField(
+        min_value=1, max_value=MAX_INTERVAL_SECONDS, required=False, allow_null=True,
+        help_text="Seconds between runs (kind=interval).",
+    )
+    cron = StrictCharField(
+        max_length=200, required=False, allow_blank=True,
+        help_text="Five-field cron expression, evaluated in `timezone` (kind=cron).",
+    )
+    timezone = StrictCharField(max_length=64, required=False, help_text="IANA time zone of the cron expression.")
+    run_at = StrictDateTimeField(
+        required=False, allow_null=True, help_text="When a once schedule runs; must be in the future."
+    )
+    start_at = StrictDateTimeField(
+        required=False, allow_null=True, help_text="First slot of an interval or cron schedule."
+    )
+    paused = StrictBooleanField(required=False)
+    max_attempts = StrictIntegerField(min_value=1, max_value=MAX_ATTEMPTS_LIMIT, required=False)
+    retry_base_seconds = StrictFloatField(min_value=0, max_value=86400 * 30, required=False)
+    retry_max_seconds = StrictFloatField(min_value=0, max_value=86400 * 365, required=False)
+    retry_jitter = StrictFloatField(
+        min_value=0, max_value=1, required=False, help_text="Extra random delay, as a fraction of the backoff."
+    )
+    catch_up = serializers.ChoiceField(choices=CatchUp.choices, required=False)
+    overlap = serializers.ChoiceField(choices=Overlap.choices, required=False)
+    queue = StrictCharField(max_length=100, required=False)
+
+
+@extend_schema_field({"type": "string", "pattern": "^[A-Za-z0-9_-]+$", "minLength": 1, "maxLength": NAME_MAX})
+class ScheduleNameField(StrictCharField):
+    """Checked by ``services.validation.validate_name``; the pattern is for the schema's readers."""
+
+
+class ScheduleCreateSerializer(ScheduleChangeSerializer):
+    """A new schedule: `name` and `task_name`, plus exactly one of interval_seconds, cron or run_at."""
+
+    name = ScheduleNameField(
+        max_length=NAME_MAX, help_text="Unique slug: letters, digits, '-' and '_'. Cannot be changed later."
+    )
+    task_name = StrictCharField(max_length=200, help_text="A registered task name.")
+

@@ -1,0 +1,316 @@
+"""REST endpoints: thin adapters that parse input, call one service, and render.
+
+Each request reads the clock once (``ApiView.now``) from the module-level
+``clock``, which tests replace with a ``FakeClock``. Typed errors raised by the
+services become 400/404/409 in ``api.errors``; no scheduling rule lives here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework import status, viewsets
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ..clock import Clock, system_clock
+from ..errors import RunNotFound, ScheduleNotFound
+from ..models import Run, Schedule, Worker
+from ..services import queries
+from ..services import runs as run_service
+from ..services import schedules as schedule_service
+from ..services import stats as stats_service
+from ..services.validation import NAME_MAX
+from .errors import error_responses, exception_handler
+from .filters import RunFilter, ScheduleFilter
+from .pagination import ByNamePagination, ByWorkerIdPagination, NewestFirstPagination, OldestFirstPagination
+from .parsers import BoundedJSONParser
+from .permissions import IsStaffReadChangeWrite
+from .serializers import (
+    RunEventSerializer,
+    RunSerializer,
+    ScheduleChangeSerializer,
+    ScheduleCreateSerializer,
+    ScheduleDetailSerializer,
+    ScheduleSerializer,
+    StatsSerializer,
+    WorkerSerializer,
+)
+
+# The clock every API request reads (once). Tests: monkeypatch.setattr(views, "clock", FakeClock(...)).
+clock: Clock = system_clock
+
+MAX_RUN_ID = 2**63 - 1
+
+
+class ApiView:
+    """What every endpoint shares: auth, permissions, JSON-only input, error mapping, the clock."""
+
+    # Token first: an anonymous request then gets 401 with "WWW-Authenticate: Token", not a bare 403.
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes = [IsStaffReadChangeWrite]
+    parser_classes = [BoundedJSONParser]
+    _now: datetime | None = None
+
+    def get_exception_handler(self):
+        return exception_handler
+
+    def now(self) -> datetime:
+        """The request's single reading of the clock."""
+        if self._now is None:
+            self._now = clock.now()
+        return self._now
+
+
+def schedule_name(value: str) -> str:
+    # PostgreSQL cannot even compare a string containing NUL; no schedule has one.
+    if "\x00" in value:
+        raise ScheduleNotFound(f"no schedule named {value!r}")
+    return value
+
+
+def run_id(value: str) -> int:
+    """A path segment as a run id; anything but a plain positive integer is an unknown run (404)."""
+    if not (value.isascii() and value.isdigit()) or not 0 < int(value) <= MAX_RUN_ID:
+        raise RunNotFound(f"no run with id {value!r}")
+    return int(value)
+
+
+def actor(request: Request) -> str:
+    return request.user.get_username()
+
+
+CREATE_EXAMPLES = [
+    OpenApiExample("Every hour", request_only=True, value={
+        "name": "hourly-heartbeat", "task_name": "demo.heartbeat", "interval_seconds": 3600,
+    }),
+    OpenApiExample("Cron in a time zone", request_only=True, value={
+        "name": "nightly-heartbeat", "task_name": "demo.heartbeat", "cron": "0 3 * * *", "timezone": "Europe/Paris",
+        "max_attempts": 5, "retry_base_seconds": 30, "catch_up": "skip", "overlap": "skip",
+    }),
+    OpenApiExample("Once", request_only=True, value={
+        "name": "new-year", "task_name": "demo.heartbeat", "run_at": "2030-01-01T00:00:00Z",
+    }),
+]
+CHANGE_EXAMPLES = [
+    OpenApiExample("New interval", request_only=True, value={"interval_seconds": 600}),
+    OpenApiExample("Switch to cron", request_only=True, value={"cron": "*/15 * * * *", "timezone": "UTC"}),
+    OpenApiExample("Retry policy", request_only=True, value={"max_attempts": 5, "retry_base_seconds": 30}),
+]
+
+
+NAME_PARAM = OpenApiParameter(
+    "name", {"type": "string", "pattern": "^[A-Za-z0-9_-]+$", "maxLength": NAME_MAX}, OpenApiParameter.PATH,
+    description="The schedule's name.",
+)
+ID_PARAM = OpenApiParameter(
+    "id", {"type": "integer", "minimum": 1, "maximum": MAX_RUN_ID}, OpenApiParameter.PATH, description="The run's id."
+)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List schedules, by name", responses={200: ScheduleSerializer(many=True), **error_responses(400, 404)}
+    ),
+    create=extend_schema(
+        summary="Create a schedule",
+        request=ScheduleCreateSerializer,
+        examples=CREATE_EXAMPLES,
+        responses={201: ScheduleDetailSerializer, **error_responses(400, 415)},
+    ),
+    retrieve=extend_schema(
+        summary="Show a schedule, its next 5 fire times and its last run",
+        parameters=[NAME_PARAM],
+        responses={200: ScheduleDetailSerializer, **error_responses(404)},
+    ),
+    partial_update=extend_schema(
+        summary="Change a schedule (a changed recurrence restarts from now)",
+        parameters=[NAME_PARAM],
+        request=ScheduleChangeSerializer,
+        examples=CHANGE_EXAMPLES,
+        responses={200: ScheduleDetailSerializer, **error_responses(400, 404, 415)},
+    ),
+    destroy=extend_schema(
+        summary="Delete a schedule with its runs and their history",
+        parameters=[NAME_PARAM],
+        responses={204: None, **error_responses(404)},
+    ),
+)
+class ScheduleViewSet(ApiView, viewsets.GenericViewSet):
+    """Schedules, addressed by their unique name. Writes need the `change_schedule` permission."""
+
+    permission_model = "schedule"
+    queryset = Schedule.objects.all()
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+    pagination_class = ByNamePagination
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = ScheduleFilter
+    serializer_class = ScheduleSerializer
+
+    def get_serializer_class(self):
+        # What OPTIONS and the browsable API describe as input; the handlers name their serializers.
+        method = self.request.method if self.request is not None else "GET"
+        if method == "POST" and not self.detail:
+            return ScheduleCreateSerializer
+        if method == "PATCH":
+            return ScheduleChangeSerializer
+        return ScheduleDetailSerializer if self.detail else ScheduleSerializer
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(queries.schedules()))
+        return self.get_paginated_response(ScheduleSerializer(page, many=True).data)
+
+    def create(self, request: Request) -> Response:
+        serializer = ScheduleCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        options = dict(serializer.validated_data)
+        schedule = schedule_service.create_schedule(
+            name=options.pop("name"), task_name=options.pop("task_name"), now=self.now(), **options
+        )
+        return Response(ScheduleDetailSerializer(schedule).data, status=status.HTTP_201_CREATED)
+
+    def retrieve(self, request: Request, name: str) -> Response:
+        schedule = schedule_service.get_schedule(schedule_name(name))
+        return Response(ScheduleDetailSerializer(schedule).data)
+
+    def partial_update(self, request: Request, name: str) -> Response:
+        schedule_service.get_schedule(schedule_name(name))  # an unknown name is a 404 whatever the body
+        serializer = ScheduleChangeSerializer(data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        schedule = schedule_service.update_schedule(name, now=self.now(), **serializer.validated_data)
+        return Response(ScheduleDetailSerializer(schedule).data)
+
+    def destroy(self, request: Request, name: str) -> Response:
+        schedule_service.delete_schedule(schedule_name(name))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        operation_id="schedules_pause", summary="Pause: create no new runs (existing runs carry on)",
+        parameters=[NAME_PARAM], request=None, responses={200: ScheduleDetailSerializer, **error_responses(404)},
+    )
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, name: str) -> Response:
+        schedule = schedule_service.pause_schedule(schedule_name(name), now=self.now())
+        return Response(ScheduleDetailSerializer(schedule).data)
+
+    @extend_schema(
+        operation_id="schedules_resume", summary="Resume: the next tick applies the catch-up policy",
+        parameters=[NAME_PARAM], request=None, responses={200: ScheduleDetailSerializer, **error_responses(404)},
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, name: str) -> Response:
+        schedule = schedule_service.resume_schedule(schedule_name(name), now=self.now())
+        return Response(ScheduleDetailSerializer(schedule).data)
+
+    @extend_schema(
+        operation_id="schedules_trigger", summary="Create one manual run now",
+        parameters=[NAME_PARAM], request=None, responses={201: RunSerializer, **error_responses(404)},
+    )
+    @action(detail=True, methods=["post"])
+    def trigger(self, request: Request, name: str) -> Response:
+        run = schedule_service.trigger_schedule(
+            schedule_name(name), now=self.now(), message=f"triggered by {actor(request)} via the API"
+        )
+        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List runs, newest first", responses={200: RunSerializer(many=True), **error_responses(400, 404)}
+    ),
+    retrieve=extend_schema(
+        summary="Show a run", parameters=[ID_PARAM], responses={200: RunSerializer, **error_responses(404)}
+    ),
+)
+class RunViewSet(ApiView, viewsets.GenericViewSet):
+    """Runs: one execution record each, with its event history. Writes need the `change_run` permission."""
+
+    permission_model = "run"
+    queryset = Run.objects.all()
+    lookup_url_kwarg = "id"
+    lookup_value_regex = "[^/]+"
+    pagination_class = NewestFirstPagination
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = RunFilter
+    serializer_class = RunSerializer
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(queries.runs()))
+        return self.get_paginated_response(RunSerializer(page, many=True).data)
+
+    def retrieve(self, request: Request, id: str) -> Response:
+        return Response(RunSerializer(run_service.get_run(run_id(id))).data)
+
+    @extend_schema(
+        operation_id="runs_events", summary="A run's history, oldest first",
+        parameters=[ID_PARAM], responses={200: RunEventSerializer(many=True), **error_responses(400, 404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=OldestFirstPagination, filter_backends=[])
+    def events(self, request: Request, id: str) -> Response:
+        run = run_service.get_run(run_id(id))
+        page = self.paginate_queryset(queries.run_events(run.pk))
+        return self.get_paginated_response(RunEventSerializer(page, many=True).data)
+
+    @extend_schema(
+        operation_id="runs_cancel",
+        summary="Cancel: pending/retrying at once; leased/running cooperatively (cancel_requested)",
+        parameters=[ID_PARAM], request=None, responses={200: RunSerializer, **error_responses(404, 409)},
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, id: str) -> Response:
+        run = run_service.cancel_run(run_id(id), now=self.now(), by=actor(request))
+        return Response(RunSerializer(run).data)
+
+    @extend_schema(
+        operation_id="runs_requeue", summary="Requeue a dead or cancelled run with a fresh attempt budget",
+        parameters=[ID_PARAM], request=None, responses={200: RunSerializer, **error_responses(404, 409)},
+    )
+    @action(detail=True, methods=["post"])
+    def requeue(self, request: Request, id: str) -> Response:
+        run = run_service.requeue_run(run_id(id), now=self.now(), by=actor(request))
+        return Response(RunSerializer(run).data)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List workers, with liveness derived from their heartbeat",
+        responses={200: WorkerSerializer(many=True), **error_responses(400, 404)},
+    ),
+)
+class WorkerViewSet(ApiView, viewsets.GenericViewSet):
+    """Worker processes; `stale` when not stopped and silent for longer than STALE_AFTER_SECONDS."""
+
+    queryset = Worker.objects.all()
+    pagination_class = ByWorkerIdPagination
+    serializer_class = WorkerSerializer
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(queries.workers())
+        return self.get_paginated_response(WorkerSerializer(page, many=True, context={"now": self.now()}).data)
+
+
+class StatsView(ApiView, APIView):
+    """Figures for operators: the numbers behind the admin dashboard and /metrics."""
+
+    @extend_schema(
+        operation_id="stats", summary="Run counts by state, schedules, workers, recent failures",
+        responses={200: StatsSerializer, **error_responses()},
+    )
+    def get(self, request: Request, *args: Any) -> Response:
+        return Response(StatsSerializer(stats_service.stats(now=self.now()).as_dict()).data)
+
+
+class SchemaView(ApiView, SpectacularAPIView):
+    """The OpenAPI 3 document (YAML; JSON with ?format=json), for the same staff who may use the API."""
+
+
+class DocsView(ApiView, SpectacularSwaggerView):
+    """Swagger UI; its JavaScript and CSS come from drf-spectacular-sidecar's static files, not a CDN."""

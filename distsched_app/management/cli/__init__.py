@@ -1,0 +1,1 @@
+"""Helpers of the ``distsched`` operator command: argument types, JSON shapes, tables."""

@@ -1,0 +1,105 @@
+"""Maintenance: prune old history so the runs and events tables stay small.
+
+Only finished runs (terminal states) whose ``finished_at`` is older than the
+cutoff are deleted, with their events; a pending, retrying, leased or running
+run is never touched, whatever its age. Deletion goes in small batches, each
+its own short transaction, so pruning a million rows never holds a long lock
+that would stall claims and ticks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+
+from ..errors import ValidationError
+from ..models import TERMINAL_STATES, Run, RunEvent, RunQuerySet, Worker
+
+DEFAULT_BATCH_SIZE = 1000
+MAX_BATCH_SIZE = 50_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class PruneResult:
+    """What was (or, with ``dry_run``, would be) deleted."""
+
+    runs: int
+    events: int
+    workers: int
+    cutoff: datetime
+    dry_run: bool
+    batches: int = 0
+
+
+def prunable_runs(cutoff: datetime) -> RunQuerySet:
+    """Finished runs older than ``cutoff``: terminal state and ``finished_at`` before it."""
+    return Run.objects.filter(state__in=TERMINAL_STATES, finished_at__lt=cutoff)
+
+
+def prune_runs(
+    *,
+    older_than: timedelta,
+    now: datetime,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    dry_run: bool = False,
+) -> PruneResult:
+    """Delete finished runs (and their events) that finished before ``now - older_than``.
+
+    Also deletes workers whose last heartbeat is older than the cutoff: stopped
+    workers, and workers that died without saying so (a worker that is alive
+    heartbeats every few seconds, and re-registers if its row is gone).
+    """
+    if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+        raise ValidationError("older_than must be a non-negative duration", field="older_than")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ValidationError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}", field="batch_size")
+    cutoff = now - older_than
+    old_workers = Worker.objects.filter(heartbeat_at__lt=cutoff)
+    if dry_run:
+        runs = prunable_runs(cutoff)
+        return PruneResult(
+            runs=runs.count(),
+            events=RunEvent.objects.filter(run__in=runs.values("pk")).count(),
+            workers=old_workers.count(),
+            cutoff=cutoff,
+            dry_run=True,
+        )
+    total_runs = total_events = batches = 0
+    last_id = 0
+    while True:
+        deleted_runs, deleted_events, last_id = _prune_batch(cutoff, batch_size, last_id)
+        if last_id is None:
+            break
+        batches += 1
+        total_runs += deleted_runs
+        total_events += deleted_events
+    with transaction.atomic():
+        workers, _ = old_workers.delete()
+    return PruneResult(runs=total_runs, events=total_events, workers=workers, cutoff=cutoff, dry_run=False,
+                       batches=batches)
+
+
+def _prune_batch(cutoff: datetime, batch_size: int, after_id: int) -> tuple[int, int, int | None]:
+    """One short transaction: lock up to ``batch_size`` prunable runs, delete their events, then them.
+
+    Returns (runs deleted, events deleted, highest id seen), or a None id when
+    nothing is left. Walking by id guarantees progress even if a row is skipped.
+    """
+    with transaction.atomic():
+        qs = prunable_runs(cutoff).filter(pk__gt=after_id).order_by("pk")
+        if connection.features.has_select_for_update_skip_locked:
+            # The row lock makes an operator's concurrent requeue of one of these
+            # runs wait for us (and then find it gone) instead of reviving a run
+            # whose history we are deleting. SQLite needs none: BEGIN IMMEDIATE
+            # already holds the database write lock for the whole batch.
+            qs = qs.select_for_update(skip_locked=True)
+        ids = list(qs.values_list("pk", flat=True)[:batch_size])
+        if not ids:
+            return 0, 0, None
+        events, _ = RunEvent.objects.filter(run_id__in=ids).delete()
+        # ``only("pk")``: the delete collector needs no payloads, results or errors.
+        _, per_model = Run.objects.filter(pk__in=ids).only("pk").delete()
+        runs = per_model.get(Run._meta.label, 0)
+    return runs, events, ids[-1]

@@ -1,0 +1,41 @@
+"""Read-only row sets for list screens (API, admin): no writes, no clock reads.
+
+Each function returns a lazy QuerySet so the caller can filter and paginate
+it without loading a million rows; the joins a list needs are made here, once,
+so a page costs the same number of queries whatever its size.
+"""
+
+from __future__ import annotations
+
+from django.db.models import F, QuerySet
+
+from ..models import Run, RunEvent, Schedule, Worker
+
+
+def schedules() -> QuerySet[Schedule]:
+    return Schedule.objects.all()
+
+
+def runs() -> QuerySet[Run]:
+    """All runs, with their schedule's name joined in as ``schedule_name``.
+
+    An annotation rather than ``select_related``: a list needs one column of
+    the schedule, not its (possibly large) JSON payload on every row.
+    """
+    return Run.objects.annotate(schedule_name=F("schedule__name"))
+
+
+def run_events(run_id: int) -> QuerySet[RunEvent]:
+    """One run's history, in the order it happened."""
+    return RunEvent.objects.filter(run_id=run_id).order_by("id")
+
+
+def last_run(schedule: Schedule) -> Run | None:
+    """The schedule's most recently created run (highest id), or None."""
+    return Run.objects.filter(schedule=schedule).order_by("-id").only(
+        "id", "state", "scheduled_for", "finished_at"
+    ).first()
+
+
+def workers() -> QuerySet[Worker]:
+    return Worker.objects.all()

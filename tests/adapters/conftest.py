@@ -1,0 +1,85 @@
+"""Fixtures for the REST API tests: users with and without rights, token clients, the API's clock.
+
+Nothing here is autouse, so other adapter tests (admin, commands) are unaffected.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from distsched_app.api import views as api_views
+
+
+@pytest.fixture
+def api_clock(clock, monkeypatch):
+    """The API reads this FakeClock (the same one the ``scheduler`` fixture uses)."""
+    monkeypatch.setattr(api_views, "clock", clock)
+    return clock
+
+
+def _user(django_user_model, username: str, *, staff: bool = False, superuser: bool = False, perms=()):
+    user = django_user_model.objects.create_user(
+        username=username, password="pw-" + username, is_staff=staff or superuser, is_superuser=superuser
+    )
+    if perms:
+        user.user_permissions.add(
+            *Permission.objects.filter(content_type__app_label="distsched_app", codename__in=perms)
+        )
+    return user
+
+
+@pytest.fixture
+def make_api_user(db, django_user_model):
+    """``make_api_user("ann", staff=True, perms=["change_run"])``."""
+
+    def make(username: str, **options):
+        return _user(django_user_model, username, **options)
+
+    return make
+
+
+@pytest.fixture
+def token_client():
+    """An APIClient authenticating as ``user`` with a real token header."""
+
+    def make(user=None) -> APIClient:
+        client = APIClient()
+        client.default_format = "json"  # the API parses JSON only
+        if user is not None:
+            token, _ = Token.objects.get_or_create(user=user)
+            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return client
+
+    return make
+
+
+@pytest.fixture
+def operator(make_api_user):
+    """Staff with the change permissions on schedules and runs."""
+    return make_api_user("operator", staff=True, perms=["change_schedule", "change_run"])
+
+
+@pytest.fixture
+def api(api_clock, operator, token_client) -> APIClient:
+    """The usual client: an operator allowed to read and write, on the fake clock."""
+    return token_client(operator)
+
+
+@pytest.fixture
+def wsgi_in_test_transaction():
+    """Let a real WSGI handler serve requests inside the test's transaction.
+
+    Django's test client disconnects these handlers for the same reason: at the
+    start and end of each request they would close the connection, rolling the
+    test's data back.
+    """
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)

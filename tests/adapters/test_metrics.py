@@ -1,0 +1,248 @@
+"""``GET /metrics``: Prometheus text computed from the database, protected like the API."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.parser import text_string_to_metric_families
+from rest_framework.authtoken.models import Token
+
+from distsched_app.metrics import MetricsView
+from distsched_app.models import EventType, Origin, Run, RunState, Schedule, WorkerStatus
+from distsched_app.services import events, workers
+from tests.conftest import T0
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fake_time(monkeypatch, clock):
+    monkeypatch.setattr(MetricsView, "clock", clock)
+
+
+@pytest.fixture
+def staff(db):
+    return get_user_model().objects.create_user("ops", password="pw", is_staff=True)
+
+
+@pytest.fixture
+def public(settings):
+    settings.DISTSCHED = {"METRICS_PUBLIC": True}
+
+
+def parse(response) -> tuple[dict, dict]:
+    """(family name -> type, (sample name, sorted labels) -> value)."""
+    types, values = {}, {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        types[family.name] = family.type
+        for s in family.samples:
+            values[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return types, values
+
+
+def sample(values: dict, name: str, **labels: str) -> float:
+    return values[(name, tuple(sorted(labels.items())))]
+
+
+# --------------------------------------------------------------------------- auth
+
+
+def test_anonymous_is_refused(client):
+    response = client.get("/metrics")
+    assert response.status_code in (401, 403)
+    assert response["Content-Type"].startswith("text/plain")
+    assert response.content.decode().count("\n") == 1
+    assert b"distsched_" not in response.content
+
+
+def test_non_staff_is_refused(client):
+    user = get_user_model().objects.create_user("viewer", password="pw")
+    client.force_login(user)
+    assert client.get("/metrics").status_code == 403
+
+
+def test_staff_session_and_token(client, staff):
+    client.force_login(staff)
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"] == CONTENT_TYPE_LATEST
+    assert "distsched_runs" in parse(response)[0]
+    client.logout()
+    token = Token.objects.create(user=staff)
+    assert client.get("/metrics/", HTTP_AUTHORIZATION=f"Token {token.key}").status_code == 200
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Token not-a-token").status_code in (401, 403)
+
+
+def test_public_metrics_need_no_credentials(client, public):
+    assert client.get("/metrics").status_code == 200
+    # A stale credential on the scraper does not break a public endpoint.
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Token not-a-token")
+    assert response.status_code == 200
+    assert response["Content-Type"] == CONTENT_TYPE_LATEST
+
+
+def test_any_accept_header_gets_prometheus_text(client, public):
+    for accept in ("application/json", "application/openmetrics-text; version=1.0.0", "text/html"):
+        response = client.get("/metrics", HTTP_ACCEPT=accept)
+        assert response.status_code == 200, accept
+        assert response["Content-Type"] == CONTENT_TYPE_LATEST
+
+
+def test_only_get_and_head(client, staff):
+    client.force_login(staff)
+    assert client.head("/metrics").status_code == 200
+    assert client.post("/metrics").status_code == 405
+    client.logout()
+    assert client.post("/metrics").status_code in (401, 403)
+
+
+# ------------------------------------------------------------------------ content
+
+
+def make_run(schedule, state, *, queue="default", scheduled_for, available_at=None, started_at=None,
+             finished_at=None):
+    return Run.objects.create(
+        schedule=schedule, task_name=schedule.task_name, state=state, queue=queue, scheduled_for=scheduled_for,
+        available_at=available_at or scheduled_for, started_at=started_at, finished_at=finished_at,
+        origin=Origin.MANUAL, idempotency_key="k", created_at=scheduled_for, updated_at=scheduled_for,
+    )
+
+
+@pytest.fixture
+def world(make_schedule, scheduler, clock, settings):
+    """Schedules overdue by 5 minutes, runs with known timings, failure events, three workers."""
+    settings.DISTSCHED = {"METRICS_PUBLIC": True, "STALE_AFTER_SECONDS": 30, "MISFIRE_GRACE_SECONDS": 60}
+    clock.set(T0 - timedelta(minutes=5))
+    a = make_schedule("a")
+    make_schedule("b", queue="q2")
+    make_schedule("p")
+    scheduler.pause("p")
+    clock.set(T0)
+    s, m = timedelta(seconds=1), timedelta(minutes=1)
+    # In the last hour: durations 0.3s and 4s (default), 20s (q2); lags 2s, 40s, 0.05s; claim 2s, 10s, 0.05s.
+    make_run(a, RunState.SUCCEEDED, scheduled_for=T0 - 10 * m, started_at=T0 - 10 * m + 2 * s,
+             finished_at=T0 - 10 * m + 2.3 * s)
+    make_run(a, RunState.SUCCEEDED, scheduled_for=T0 - 20 * m, available_at=T0 - 20 * m + 30 * s,
+             started_at=T0 - 20 * m + 40 * s, finished_at=T0 - 20 * m + 44 * s)
+    make_run(a, RunState.DEAD, queue="q2", scheduled_for=T0 - 5 * m, started_at=T0 - 5 * m + 0.05 * s,
+             finished_at=T0 - 5 * m + 20.05 * s)
+    # Finished too long ago for the timings, but counted in the totals.
+    make_run(a, RunState.SUCCEEDED, scheduled_for=T0 - 120 * m, started_at=T0 - 120 * m,
+             finished_at=T0 - 119 * m)
+    # Not succeeded/dead: no timing.
+    make_run(a, RunState.CANCELLED, scheduled_for=T0 - 3 * m, started_at=T0 - 3 * m, finished_at=T0 - 2 * m)
+    # Waiting: due for 90s (default) and 30s (q2); one not due yet; one running.
+    waiting = make_run(a, RunState.PENDING, scheduled_for=T0 - 90 * s)
+    make_run(a, RunState.PENDING, scheduled_for=T0 + 60 * s)
+    make_run(a, RunState.RETRYING, queue="q2", scheduled_for=T0 - 10 * m, available_at=T0 - 30 * s)
+    make_run(a, RunState.RUNNING, scheduled_for=T0 - m, started_at=T0 - m)
+    recent, old = T0 - 10 * m, T0 - 120 * m
+    events.record_many([
+        events.NewEvent(run_id=waiting.pk, event_type=kind, now=at)
+        for kind, at, n in ((EventType.FAILED, recent, 2), (EventType.FAILED, old, 1),
+                            (EventType.RETRY_SCHEDULED, recent, 2), (EventType.MARKED_DEAD, old, 1),
+                            (EventType.LEASE_EXPIRED, recent, 1), (EventType.SUCCEEDED, recent, 4),
+                            (EventType.SUCCEEDED, old, 5), (EventType.CREATED, recent, 3))
+        for _ in range(n)
+    ])
+    for wid, beat, status in (("w-alive", T0 - 5 * s, WorkerStatus.ACTIVE),
+                              ("w-stale", T0 - 60 * s, WorkerStatus.STOPPING),
+                              ("w-stopped", T0 - 60 * s, WorkerStatus.STOPPED)):
+        workers.register_worker(worker_id=wid, hostname="h", pid=1, queues=["default"], now=beat)
+        workers.heartbeat(worker_id=wid, now=beat, status=status, clock_skew_seconds=0.25)
+    return a
+
+
+def test_runs_by_state_and_queue_and_totals(client, world):
+    types, values = parse(client.get("/metrics"))
+    assert types["distsched_runs"] == "gauge"
+    expected = {("succeeded", "default"): 3, ("cancelled", "default"): 1, ("pending", "default"): 2,
+                ("running", "default"): 1, ("dead", "q2"): 1, ("retrying", "q2"): 1}
+    for queue in ("default", "q2"):
+        for state in RunState.values:
+            assert sample(values, "distsched_runs", state=state, queue=queue) == expected.get((state, queue), 0)
+    assert types["distsched_runs_succeeded"] == types["distsched_runs_dead"] == "counter"
+    assert sample(values, "distsched_runs_succeeded_total", queue="default") == 3
+    assert sample(values, "distsched_runs_succeeded_total", queue="q2") == 0
+    assert sample(values, "distsched_runs_dead_total") == 1
+    assert sample(values, "distsched_run_failures_total") == 3
+    assert sample(values, "distsched_run_retries_total") == 2
+    assert sample(values, "distsched_leases_expired_total") == 1
+    assert types["distsched_run_events_last_hour"] == "gauge"
+    recent = {dict(labels)["event_type"]: v for (n, labels), v in values.items()
+              if n == "distsched_run_events_last_hour"}
+    assert recent == {"marked_dead": 0, "failed": 2, "retry_scheduled": 2, "lease_expired": 1, "succeeded": 4,
+                      "cancelled": 0, "skipped": 0, "lease_lost": 0}
+    assert sample(values, "distsched_oldest_waiting_run_age_seconds", queue="default") == 90
+    assert sample(values, "distsched_oldest_waiting_run_age_seconds", queue="q2") == 30
+
+
+def test_timing_histograms_over_the_last_hour(client, world):
+    types, values = parse(client.get("/metrics"))
+    assert types["distsched_run_duration_seconds"] == "histogram"
+
+    def buckets(name, queue):
+        return {float(dict(labels)["le"]): v for (n, labels), v in values.items()
+                if n == f"{name}_bucket" and dict(labels)["queue"] == queue}
+
+    duration = buckets("distsched_run_duration_seconds", "default")
+    assert (duration[0.1], duration[0.5], duration[2.5], duration[5.0], duration[float("inf")]) == (0, 1, 1, 2, 2)
+    assert sample(values, "distsched_run_duration_seconds_gcount", queue="default") == 2
+    assert sample(values, "distsched_run_duration_seconds_gsum", queue="default") == pytest.approx(4.3)
+    q2 = buckets("distsched_run_duration_seconds", "q2")
+    assert (q2[10.0], q2[30.0], q2[float("inf")]) == (0, 1, 1)
+    assert sample(values, "distsched_run_duration_seconds_gsum", queue="q2") == pytest.approx(20)
+    lag = buckets("distsched_run_start_lag_seconds", "default")
+    assert (lag[1.0], lag[2.5], lag[30.0], lag[60.0]) == (0, 1, 1, 2)
+    assert sample(values, "distsched_run_start_lag_seconds_gsum", queue="default") == pytest.approx(42)
+    claim = buckets("distsched_run_claim_latency_seconds", "default")
+    assert (claim[1.0], claim[2.5], claim[5.0], claim[10.0]) == (0, 1, 1, 2)
+    assert sample(values, "distsched_run_claim_latency_seconds_gsum", queue="default") == pytest.approx(12)
+    assert buckets("distsched_run_claim_latency_seconds", "q2")[0.1] == 1
+
+
+def test_workers_and_schedules(client, world):
+    _, values = parse(client.get("/metrics"))
+    assert sample(values, "distsched_workers", state="alive") == 1
+    assert sample(values, "distsched_workers", state="stale") == 1
+    assert sample(values, "distsched_workers", state="stopped") == 1
+    assert sample(values, "distsched_worker_heartbeat_age_seconds", worker_id="w-alive", status="active") == 5
+    assert sample(values, "distsched_worker_heartbeat_age_seconds", worker_id="w-stale", status="stopping") == 60
+    assert not [k for k in values if ("worker_id", "w-stopped") in k[1]]  # stopped workers drop out
+    assert sample(values, "distsched_worker_clock_skew_seconds", worker_id="w-alive") == 0.25
+    assert sample(values, "distsched_schedules", state="active") == 2
+    assert sample(values, "distsched_schedules", state="paused") == 1
+    assert sample(values, "distsched_schedules_overdue") == 2
+    assert sample(values, "distsched_schedule_max_overdue_seconds") == 300
+
+
+def test_an_empty_database_scrapes_zeros(client, public):
+    _, values = parse(client.get("/metrics"))
+    assert sample(values, "distsched_runs", state="pending", queue="default") == 0
+    assert sample(values, "distsched_schedules_overdue") == 0
+    assert sample(values, "distsched_schedule_max_overdue_seconds") == 0
+    assert sample(values, "distsched_workers", state="alive") == 0
+
+
+def test_overdue_clears_when_a_tick_runs(client, world, scheduler):
+    scheduler.tick()
+    _, values = parse(client.get("/metrics"))
+    assert sample(values, "distsched_schedules_overdue") == 0
+    assert Schedule.objects.filter(paused=False, next_run_at__gt=T0).count() == 2
+
+
+def test_query_count_is_fixed(client, world, django_assert_num_queries, make_schedule, clock):
+    with django_assert_num_queries(7):
+        client.get("/metrics")
+    # More rows of every kind: still seven queries.
+    for i in range(5):
+        make_schedule(f"more-{i}", queue=f"q{i}")
+        workers.register_worker(worker_id=f"extra-{i}", hostname="h", pid=1, queues=[], now=clock.now())
+        make_run(world, RunState.SUCCEEDED, queue=f"q{i}", scheduled_for=T0 - timedelta(minutes=1),
+                 started_at=T0 - timedelta(minutes=1), finished_at=T0)
+    with django_assert_num_queries(7):
+        response = client.get("/metrics")
+    assert sample(parse(response)[1], "distsched_runs_succeeded_total", queue="q4") == 1

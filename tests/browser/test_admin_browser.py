@@ -1,0 +1,124 @@
+"""The admin in a real browser: log in, pause a schedule, requeue a dead run, read the dashboard chart.
+
+Headless Debian Chromium driven by Playwright's sync API against pytest-django's
+live server. The data is made before Playwright starts. Playwright's sync API
+runs an event loop in this thread, so the few checks made while it is active
+need ``DJANGO_ALLOW_ASYNC_UNSAFE`` and go through ``db()``, which closes the
+connection they open (it belongs to Playwright's context, and Django's
+teardown would not close it, so PostgreSQL could not drop the test database).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.db import connections
+from django.urls import reverse
+
+from distsched_app import admin_support
+from distsched_app.models import Run, RunState, Schedule
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+SCREENSHOT = Path("/tmp/admin/dashboard.png")
+PASSWORD = "browser-test-password"
+
+
+@pytest.fixture
+def history(scheduler, make_schedule, clock, monkeypatch):
+    """A day of activity under the fake clock, which the admin (in the live server thread) reads too."""
+    monkeypatch.setattr(admin_support, "clock", clock)
+    make_schedule("reports", interval_seconds=1800)
+    make_schedule("flaky-sync", task_name="tests.fail", interval_seconds=3600, max_attempts=2,
+                  retry_base_seconds=60)
+    make_schedule("nightly", cron="0 3 * * *", timezone="Europe/Paris")
+    worker = scheduler.worker(worker_id="web-1", lease_seconds=30, heartbeat_seconds=3600)
+    for _ in range(48):  # 24 hours in half-hour steps
+        scheduler.tick()
+        while worker.run_once() is not None:
+            pass
+        clock.advance(minutes=30)
+    scheduler.tick()
+    dead = Run.objects.filter(state=RunState.DEAD).order_by("id").first()
+    assert dead is not None
+    return dead
+
+
+@pytest.fixture
+def superuser(django_user_model):
+    return django_user_model.objects.create_superuser("operator", "op@example.com", PASSWORD)
+
+
+def db(query):
+    """Run an ORM check while Playwright is active, and close the connection it opened."""
+    try:
+        return query()
+    finally:
+        connections.close_all()
+
+
+@pytest.fixture
+def page(monkeypatch):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed")
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            page = context.new_page()
+            page.set_default_timeout(15_000)
+            yield page
+        finally:
+            browser.close()
+
+
+def message_text(page) -> str:
+    return page.locator("ul.messagelist").inner_text()
+
+
+def test_operator_flow_in_the_admin(live_server, superuser, history, page):
+    base = live_server.url
+
+    # Log in through the admin login form.
+    page.goto(f"{base}/admin/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
+    assert "Open the scheduler dashboard" in page.content()
+
+    # Pause a schedule with the changelist action.
+    page.goto(base + reverse("admin:distsched_app_schedule_changelist"))
+    page.locator("#result_list tr", has_text="nightly").locator("input.action-select").check()
+    page.select_option("select[name=action]", "pause_schedules")
+    page.click("button[name=index]")
+    page.wait_for_selector("ul.messagelist")
+    assert "Paused 1 schedule(s)." in message_text(page)
+    paused = db(lambda: dict(Schedule.objects.values_list("name", "paused")))
+    assert paused == {"nightly": True, "reports": False, "flaky-sync": False}
+
+    # Open a dead run and requeue it with the button on its page.
+    page.goto(base + reverse("admin:distsched_app_run_change", args=[history.pk]))
+    assert "marked dead" in page.locator(".inline-group").inner_text()
+    page.click("#distsched-requeue")
+    page.wait_for_selector("ul.messagelist")
+    assert "Requeued 1 run(s)" in message_text(page)
+    assert db(lambda: Run.objects.get(pk=history.pk).state) == RunState.PENDING
+
+    # The dashboard draws the last 24 hours as inline SVG.
+    page.goto(base + reverse("admin:distsched_dashboard"))
+    chart = page.locator("svg.distsched-chart")
+    chart.wait_for()
+    assert chart.locator("g.distsched-bar").count() == 24
+    assert chart.locator("rect").count() > 10
+    assert chart.bounding_box()["width"] > 600
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)

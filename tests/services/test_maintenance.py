@@ -1,0 +1,160 @@
+"""Pruning: only finished runs older than the cutoff go, with their events, in batches."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from distsched_app.errors import ValidationError
+from distsched_app.models import (
+    ACTIVE_STATES,
+    TERMINAL_STATES,
+    EventType,
+    Origin,
+    Run,
+    RunEvent,
+    RunState,
+    Worker,
+    WorkerStatus,
+)
+from distsched_app.services import events, workers
+from distsched_app.services.maintenance import prune_runs
+from tests.conftest import T0
+
+pytestmark = pytest.mark.django_db
+
+DAY = timedelta(days=1)
+
+
+@pytest.fixture
+def sched(make_schedule):
+    return make_schedule("s1")
+
+
+def make_run(schedule, state, *, finished_at=None, n_events=2):
+    run = Run.objects.create(
+        schedule=schedule, task_name=schedule.task_name, state=state, scheduled_for=T0 - 60 * DAY,
+        available_at=T0 - 60 * DAY, finished_at=finished_at, origin=Origin.MANUAL, idempotency_key="k",
+        created_at=T0 - 60 * DAY, updated_at=T0 - 60 * DAY,
+    )
+    events.record_many([events.NewEvent(run_id=run.pk, event_type=EventType.CREATED, now=T0 - 60 * DAY)
+                        for _ in range(n_events)])
+    return run
+
+
+def test_deletes_old_finished_runs_and_their_events(sched):
+    old = [make_run(sched, state, finished_at=T0 - 40 * DAY) for state in TERMINAL_STATES]
+    keep = make_run(sched, RunState.SUCCEEDED, finished_at=T0 - 10 * DAY)
+    result = prune_runs(older_than=30 * DAY, now=T0)
+    assert (result.runs, result.events, result.dry_run) == (4, 8, False)
+    assert result.cutoff == T0 - 30 * DAY
+    assert not Run.objects.filter(pk__in=[r.pk for r in old]).exists()
+    assert list(Run.objects.values_list("pk", flat=True)) == [keep.pk]
+    assert RunEvent.objects.filter(run=keep).count() == 2
+    assert RunEvent.objects.count() == 2
+
+
+@pytest.mark.parametrize("state", ACTIVE_STATES)
+def test_never_deletes_a_non_terminal_run_however_old(sched, state):
+    # Even with a (requeue-era) finished_at far in the past, an active run stays.
+    run = make_run(sched, state, finished_at=T0 - 400 * DAY)
+    untimed = make_run(sched, state)
+    result = prune_runs(older_than=DAY, now=T0)
+    assert (result.runs, result.events) == (0, 0)
+    assert Run.objects.filter(pk__in=[run.pk, untimed.pk]).count() == 2
+    assert RunEvent.objects.count() == 4
+
+
+def test_cutoff_is_strict(sched):
+    at_cutoff = make_run(sched, RunState.DEAD, finished_at=T0 - 30 * DAY)
+    just_before = make_run(sched, RunState.DEAD, finished_at=T0 - 30 * DAY - timedelta(microseconds=1))
+    assert prune_runs(older_than=30 * DAY, now=T0).runs == 1
+    assert Run.objects.filter(pk=at_cutoff.pk).exists()
+    assert not Run.objects.filter(pk=just_before.pk).exists()
+
+
+def test_deletes_in_batches_each_its_own_transaction(sched):
+    for _ in range(25):
+        make_run(sched, RunState.SUCCEEDED, finished_at=T0 - 40 * DAY, n_events=1)
+    with CaptureQueriesContext(connection) as ctx:
+        result = prune_runs(older_than=30 * DAY, now=T0, batch_size=10)
+    assert (result.runs, result.events, result.batches) == (25, 25, 3)
+    assert Run.objects.count() == 0
+    run_deletes = [q["sql"] for q in ctx.captured_queries
+                   if q["sql"].startswith('DELETE FROM "distsched_app_run"') and "WHERE" in q["sql"]]
+    assert len(run_deletes) == 3
+
+
+def test_dry_run_counts_and_deletes_nothing(sched):
+    for _ in range(3):
+        make_run(sched, RunState.CANCELLED, finished_at=T0 - 40 * DAY, n_events=3)
+    make_run(sched, RunState.PENDING)
+    workers.register_worker(worker_id="gone", hostname="h", pid=1, queues=[], now=T0 - 40 * DAY)
+    result = prune_runs(older_than=30 * DAY, now=T0, dry_run=True)
+    assert (result.runs, result.events, result.workers, result.dry_run) == (3, 9, 1, True)
+    assert Run.objects.count() == 4
+    assert RunEvent.objects.count() == 11
+    assert Worker.objects.count() == 1
+
+
+def test_prunes_workers_silent_since_before_the_cutoff(sched):
+    for wid, status, beat in (("stopped-old", WorkerStatus.STOPPED, T0 - 40 * DAY),
+                              ("stopped-recent", WorkerStatus.STOPPED, T0 - DAY),
+                              ("vanished", WorkerStatus.ACTIVE, T0 - 40 * DAY),
+                              ("alive", WorkerStatus.ACTIVE, T0)):
+        workers.register_worker(worker_id=wid, hostname="h", pid=1, queues=[], now=beat)
+        workers.set_status(worker_id=wid, status=status, now=beat)
+    result = prune_runs(older_than=30 * DAY, now=T0)
+    assert result.workers == 2
+    assert sorted(Worker.objects.values_list("worker_id", flat=True)) == ["alive", "stopped-recent"]
+
+
+def test_a_worker_pointing_at_a_pruned_run_is_kept_and_unlinked(sched):
+    run = make_run(sched, RunState.SUCCEEDED, finished_at=T0 - 40 * DAY)
+    workers.register_worker(worker_id="w", hostname="h", pid=1, queues=[], now=T0)
+    workers.heartbeat(worker_id="w", now=T0, current_run_id=run.pk)
+    prune_runs(older_than=30 * DAY, now=T0)
+    assert Worker.objects.get().current_run_id is None
+
+
+def test_nothing_to_prune(sched):
+    result = prune_runs(older_than=DAY, now=T0)
+    assert (result.runs, result.events, result.workers, result.batches) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("options", [
+    {"older_than": timedelta(seconds=-1)},
+    {"older_than": 30},
+    {"older_than": DAY, "batch_size": 0},
+    {"older_than": DAY, "batch_size": True},
+])
+def test_bad_arguments_are_validation_errors(options):
+    with pytest.raises(ValidationError):
+        prune_runs(now=T0, **options)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_run_locked_by_another_transaction_is_left_alone(sched):
+    """A second connection holds a row lock (as a concurrent requeue would): prune skips that run."""
+    from django.db import connections
+
+    locked = make_run(sched, RunState.DEAD, finished_at=T0 - 40 * DAY)
+    free = make_run(sched, RunState.DEAD, finished_at=T0 - 40 * DAY)
+    other = connections.create_connection("default")
+    try:
+        other.set_autocommit(False)
+        with other.cursor() as cursor:
+            cursor.execute("SELECT id FROM distsched_app_run WHERE id = %s FOR UPDATE", [locked.pk])
+        result = prune_runs(older_than=30 * DAY, now=T0)
+        assert (result.runs, result.events) == (1, 2)
+        assert list(Run.objects.values_list("pk", flat=True)) == [locked.pk]
+        assert not Run.objects.filter(pk=free.pk).exists()
+    finally:
+        other.rollback()
+        other.close()
+    assert prune_runs(older_than=30 * DAY, now=T0).runs == 1
+    assert not Run.objects.exists()
