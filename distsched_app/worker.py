@@ -470,7 +470,8 @@ class Worker:
         finally:
             self.flush()
             self._retry_db(lambda: workers.set_status(
-                worker_id=self.worker_id, status=WorkerStatus.STOPPED, now=self.clock.now()), attempts=3)
+                worker_id=self.worker_id, status=WorkerStatus.STOPPED, now=self.clock.now(),
+                runs_executed=self.executed), attempts=3)
             self._log(logging.INFO, "worker stopped", executed=self.executed - executed_before)
             if restore:
                 restore()

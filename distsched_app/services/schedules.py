@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from ..errors import DuplicateName, ScheduleNotFound, ValidationError
-from ..models import EventType, Origin, Run, RunState, Schedule, ScheduleKind
+from ..models import EventType, Origin, Run, RunEvent, RunState, Schedule, ScheduleKind, Worker
 from ..recurrence import Recurrence, first_slot, upcoming
 from . import events
 from .validation import validate_name, validate_schedule_fields
@@ -40,9 +40,17 @@ def upcoming_fire_times(schedule: Schedule, count: int = 5) -> list[datetime]:
 
 def get_schedule(name: str) -> Schedule:
     try:
-        return Schedule.objects.get(name=name)
+        return Schedule.objects.get(name=_lookup_name(name))
     except Schedule.DoesNotExist:
         raise ScheduleNotFound(f"no schedule named {name!r}") from None
+
+
+def _lookup_name(name: object) -> str:
+    """Names that could never have been created are simply not found (a NUL
+    would make PostgreSQL raise instead)."""
+    if not isinstance(name, str) or "\x00" in name:
+        raise ScheduleNotFound(f"no schedule named {name!r}")
+    return name
 
 
 def list_schedules(*, paused: bool | None = None) -> list[Schedule]:
@@ -103,9 +111,18 @@ def update_schedule(name: str, *, now: datetime, **changes: Any) -> Schedule:
 
 
 def delete_schedule(name: str) -> None:
-    """Delete the schedule and, with it, its runs and their history."""
+    """Delete the schedule and, with it, its runs and their history.
+
+    Set-based deletes: Django's cascade would load every run and event of the
+    schedule into memory first.
+    """
     with transaction.atomic():
         schedule = _locked(name)
+        RunEvent.objects.filter(run__schedule_id=schedule.pk).delete()
+        Worker.objects.filter(current_run__schedule_id=schedule.pk).update(current_run=None)
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {connection.ops.quote_name(Run._meta.db_table)} WHERE schedule_id = %s",
+                           [schedule.pk])
         schedule.delete()
 
 
@@ -159,6 +176,6 @@ def trigger_schedule(name: str, *, now: datetime, message: str = "triggered manu
 
 def _locked(name: str) -> Schedule:
     try:
-        return Schedule.objects.select_for_update().get(name=name)
+        return Schedule.objects.select_for_update().get(name=_lookup_name(name))
     except Schedule.DoesNotExist:
         raise ScheduleNotFound(f"no schedule named {name!r}") from None

@@ -26,6 +26,7 @@ NAME_MAX = 100
 QUEUE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 MAX_INTERVAL_SECONDS = 10 * 366 * 86400
 MAX_ATTEMPTS_LIMIT = 1000
+MIN_YEAR, MAX_YEAR = 1970, 9000
 
 
 def validate_name(name: Any) -> str:
@@ -68,7 +69,7 @@ def validate_payload(value: Any, *, field: str) -> Any:
     if field == "args" and isinstance(value, tuple):
         value = list(value)
     if not isinstance(value, expected):
-        kind = "a list" if expected is list else "an object"
+        kind = "list" if expected is list else "object"
         raise InvalidPayload(f"{field} must be a JSON {kind}", field=field)
     if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
         raise InvalidPayload(f"{field} keys must be strings", field=field)
@@ -95,6 +96,9 @@ def parse_datetime(value: Any, *, field: str) -> datetime | None:
         raise ValidationError(f"{field} must be a datetime", field=field)
     if value.tzinfo is None:
         raise ValidationError(f"{field} needs a time zone offset (e.g. 'Z' or '+00:00')", field=field)
+    if not MIN_YEAR <= value.year < MAX_YEAR:
+        # Far dates overflow recurrence arithmetic (year 9999 is datetime's limit).
+        raise ValidationError(f"{field} must be between the years {MIN_YEAR} and {MAX_YEAR - 1}", field=field)
     return value
 
 

@@ -48,9 +48,11 @@ def heartbeat(
         return bool(Worker.objects.filter(worker_id=worker_id).update(**changes))
 
 
-def set_status(*, worker_id: str, status: str, now: datetime) -> None:
+def set_status(*, worker_id: str, status: str, now: datetime, runs_executed: int | None = None) -> None:
     with transaction.atomic():
         changes: dict[str, object] = {"status": status, "heartbeat_at": now}
+        if runs_executed is not None:
+            changes["runs_executed"] = runs_executed
         if status == WorkerStatus.STOPPED:
             changes["current_run"] = None
         Worker.objects.filter(worker_id=worker_id).update(**changes)

@@ -179,3 +179,36 @@ def test_delete_removes_schedule_and_runs(scheduler, make_schedule):
     scheduler.delete_schedule("d")
     assert not Schedule.objects.exists()
     assert not Run.objects.exists()
+
+
+def test_delete_removes_history_and_detaches_workers(scheduler, make_schedule, clock):
+    from distsched_app.models import Worker
+    from distsched_app.services import claiming, workers
+
+    make_schedule("d2")
+    make_schedule("keep")
+    scheduler.tick()
+    run = claiming.claim_next_run(worker_id="w", queues=None, lease_seconds=30, now=clock.now())
+    workers.register_worker(worker_id="w", hostname="h", pid=1, queues=[], now=clock.now())
+    workers.heartbeat(worker_id="w", now=clock.now(), current_run_id=run.pk)
+    scheduler.delete_schedule(run.schedule.name)
+    assert not Run.objects.filter(pk=run.pk).exists()
+    assert not RunEvent.objects.filter(run_id=run.pk).exists()
+    assert Worker.objects.get(worker_id="w").current_run_id is None
+    assert Run.objects.count() == 1 and RunEvent.objects.count() == 1  # the other schedule's
+
+
+@pytest.mark.parametrize("name", ["bad\x00name", 42, None])
+def test_impossible_names_are_not_found(scheduler, name):
+    with pytest.raises(errors.ScheduleNotFound):
+        scheduler.get_schedule(name)
+    with pytest.raises(errors.ScheduleNotFound):
+        scheduler.pause(name)
+
+
+def test_far_future_dates_are_rejected(scheduler):
+    from datetime import datetime, timezone
+
+    with pytest.raises(errors.ValidationError) as info:
+        scheduler.create_schedule(name="far", task_name="tests.noop", run_at=datetime(9500, 1, 1, tzinfo=timezone.utc))
+    assert info.value.field == "run_at"

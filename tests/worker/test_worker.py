@@ -214,3 +214,11 @@ def test_logs_key_value_fields(scheduler, worker, caplog):
     finished = [r for r in caplog.records if r.getMessage() == "run finished"][0]
     assert {"worker_id", "run_id", "schedule", "task", "state", "attempt", "duration"} <= set(finished.distsched)
     assert finished.distsched["state"] == "succeeded"
+
+
+def test_final_status_records_runs_executed(scheduler):
+    scheduler.create_schedule(name="n", task_name="tests.noop", interval_seconds=60)
+    scheduler.tick()
+    worker = scheduler.worker(worker_id="counted", heartbeat_seconds=3600)
+    worker.run(burst=True, install_signals=False)
+    assert Worker.objects.get(worker_id="counted").runs_executed == 1
