@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from django.db import connection, transaction
 from django.db.models import F, Min
 
-from ..models import EventType, Run, RunQuerySet, RunState, Schedule
+from ..models import EventType, Run, RunEvent, RunQuerySet, RunState, Schedule
 from . import events
 
 
@@ -54,17 +54,27 @@ def claim_runs(
     new_events: list[events.NewEvent] = []
     with transaction.atomic():
         candidates: list[Run] = []
+        forgiven: list[int] = []
         if include_expired:
             for run in _lock(Run.objects.lease_expired(now, queues))[:limit]:
+                message = f"lease of {run.lease_owner} expired at {run.lease_expires_at.isoformat()}"
+                if not run.cancel_requested and _never_known_to_start(run):
+                    # A prefetched run of a worker that died: most likely never
+                    # executed, so its attempt does not count against the budget.
+                    # Bounded, so a run that kills its worker still ends dead.
+                    run.max_attempts += 1
+                    forgiven.append(run.pk)
+                    message += "; it was prefetched and never known to start, so the attempt is not counted"
                 new_events.append(events.NewEvent(
                     run_id=run.pk, event_type=EventType.LEASE_EXPIRED, now=now, worker_id=run.lease_owner,
-                    attempt=run.attempts,
-                    message=f"lease of {run.lease_owner} expired at {run.lease_expires_at.isoformat()}",
+                    attempt=run.attempts, message=message,
                 ))
                 if run.cancel_requested or run.attempts >= run.max_attempts:
                     _finish_abandoned(run, now, new_events)
                 else:
                     candidates.append(run)
+        if forgiven:
+            Run.objects.filter(pk__in=forgiven).update(max_attempts=F("max_attempts") + 1)
         if len(candidates) < limit:
             candidates.extend(_lock(Run.objects.waiting(now, queues))[: limit - len(candidates)])
         if not candidates:
@@ -108,6 +118,17 @@ def claim_next_run(
     """Claim the single oldest eligible run, or return None."""
     runs = claim_runs(worker_id=worker_id, queues=queues, lease_seconds=lease_seconds, now=now, limit=1)
     return runs[0] if runs else None
+
+
+MAX_UNCOUNTED_EXPIRIES = 3
+
+
+def _never_known_to_start(run: Run) -> bool:
+    """Still ``leased`` (claimed in a batch, start not recorded) and not often so."""
+    if run.state != RunState.LEASED:
+        return False
+    expiries = RunEvent.objects.filter(run_id=run.pk, event_type=EventType.LEASE_EXPIRED).count()
+    return expiries < MAX_UNCOUNTED_EXPIRIES
 
 
 def _finish_abandoned(run: Run, now: datetime, new_events: list[events.NewEvent]) -> None:

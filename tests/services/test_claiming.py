@@ -141,3 +141,37 @@ def test_next_due_at_reports_earliest_waiting_run_and_schedule(scheduler, clock)
     scheduler.tick()
     assert claiming.next_due_at(queues=["default"]) == T0 + timedelta(seconds=30)
     assert claiming.next_due_at(queues=["other"]) is None
+
+
+def test_prefetched_run_of_a_dead_worker_keeps_its_attempt_budget(scheduler, clock):
+    for i in range(2):
+        scheduler.create_schedule(name=f"p{i}", task_name="tests.noop", interval_seconds=3600, max_attempts=1)
+    scheduler.tick()
+    # Worker A claims both (the second only prefetched), then dies.
+    first, second = claiming.claim_runs(worker_id="A", queues=None, lease_seconds=10, now=clock.now(), limit=2)
+    clock.advance(seconds=10)
+    recovered = claiming.claim_runs(worker_id="B", queues=None, lease_seconds=10, now=clock.now(), limit=2)
+    # The running one had no attempts left: dead. The prefetched one is run again, budget extended.
+    assert [r.pk for r in recovered] == [second.pk]
+    second.refresh_from_db()
+    first.refresh_from_db()
+    assert first.state == RunState.DEAD
+    assert (second.attempts, second.max_attempts, second.state) == (2, 2, RunState.RUNNING)
+    note = RunEvent.objects.filter(run=second, event_type=EventType.LEASE_EXPIRED).get().message
+    assert "not counted" in note
+
+
+def test_uncounted_expiries_are_bounded(scheduler, clock):
+    # A run that keeps killing the worker that prefetched it must still end dead.
+    scheduler.create_schedule(name="poison", task_name="tests.noop", interval_seconds=3600, max_attempts=1)
+    scheduler.tick()
+    claiming.claim_next_run(worker_id="W", queues=None, lease_seconds=10, now=clock.now())
+    for _ in range(claiming.MAX_UNCOUNTED_EXPIRIES + 1):
+        # Its worker dies while the run is only prefetched (state leased).
+        Run.objects.update(state=RunState.LEASED, lease_expires_at=clock.now())
+        clock.advance(seconds=1)
+        claiming.claim_next_run(worker_id="W", queues=None, lease_seconds=10, now=clock.now())
+    run = Run.objects.get()
+    assert run.state == RunState.DEAD
+    assert run.attempts == 1 + claiming.MAX_UNCOUNTED_EXPIRIES
+    assert RunEvent.objects.filter(run=run, event_type=EventType.LEASE_EXPIRED).count() == 4
