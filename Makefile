@@ -19,6 +19,7 @@ install: $(VENV)/.installed
 ## Migrate the SQLite database, then run the web server and one worker that also ticks.
 run: install
 	$(PY) manage.py migrate --noinput
+	$(PY) manage.py load_demo_schedules
 	$(PY) manage.py ensure_demo_admin
 	@echo ""
 	@echo "  admin:    http://$(HOST):$(PORT)/admin/"
@@ -44,3 +45,14 @@ lint: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build dist *.egg-info
+
+## Quick pass of every benchmark (a few minutes at most; bench/README.md gives the full sizes).
+## BENCH_DB=postgres uses scratch databases on $${BENCH_PG_URL:-postgresql://postgres@127.0.0.1:5432}.
+BENCH_DB ?= sqlite
+bench: install
+	$(PY) bench/throughput.py --db $(BENCH_DB) --workers 1 --runs 500
+	$(PY) bench/throughput.py --db $(BENCH_DB) --workers 4 --runs 500
+	$(PY) bench/tick.py --db $(BENCH_DB) --due 1000 --idle 10000 --repeat 1 --idle-ticks 5
+	$(PY) bench/lag.py --db $(BENCH_DB) --duration 6 --schedules 60
+	$(PY) bench/scale.py --db $(BENCH_DB) --runs 20000 --requests 5
+	$(PY) bench/memory.py --db $(BENCH_DB) --runs 3000 --warmup 500

@@ -1,0 +1,509 @@
+"""Read paths at scale: 1M runs + 3M events, then API/admin/metrics latency and EXPLAIN of hot queries.
+
+    .venv/bin/python bench/scale.py --db postgres                  # 1,000,000 runs, 3,000,000 events
+    .venv/bin/python bench/scale.py --db sqlite --runs 200000
+
+Loading is done in the database itself (PostgreSQL: ``INSERT ... SELECT`` over
+``generate_series``; SQLite: a recursive CTE), followed by ``ANALYZE``. The
+state mix is 90% succeeded, 3% dead, 3% pending, 2% retrying, 1% cancelled,
+1% running, over ``--schedules`` interval schedules (5% paused), with slots
+spread over the last 30 days and three events per run. Then each endpoint is
+requested ``--requests`` times through ``django.test.Client`` logged in as a
+superuser (after 2 warm-up requests); an endpoint that does not exist yet is
+reported as ``n/a (404)``. Finally the hot queries are captured as the code
+issues them and EXPLAINed (PostgreSQL: ``EXPLAIN (ANALYZE, BUFFERS)``; SQLite:
+``EXPLAIN QUERY PLAN``); the plans are also written to
+``bench/results/explain-<db>.txt``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import _common as c
+
+NAME = "scale"
+SPAN = timedelta(days=30)
+ERROR_TEXT = "ValueError: boom\n\nTraceback (most recent call last):\n  File \"tasks.py\", line 12, in fail\n" \
+             "    raise ValueError(message)\nValueError: boom"
+
+ENDPOINTS = [
+    # (label, url, target ms)
+    ("GET /api/runs?state=dead", "/api/runs?state=dead", 50),
+    ("GET /api/runs?state=dead (page 2)", None, 50),
+    ("GET /api/runs", "/api/runs", None),
+    ("GET /api/runs?schedule=scale-7", "/api/runs?schedule=scale-7", None),
+    ("admin runs ?state__exact=dead", "/admin/distsched_app/run/?state__exact=dead", 500),
+    ("admin runs (unfiltered)", "/admin/distsched_app/run/", 500),
+    ("GET /api/stats", "/api/stats", 200),
+    ("GET /metrics", "/metrics", 200),
+]
+
+# Events per run: (second, third) event after ``created``, by final state.
+EVENTS = {
+    "succeeded": ("started", "succeeded"),
+    "dead": ("failed", "marked_dead"),
+    "retrying": ("failed", "retry_scheduled"),
+    "pending": ("claimed", "lease_expired"),
+    "cancelled": ("cancel_requested", "cancelled"),
+    "running": ("claimed", "started"),
+}
+
+
+def main() -> int:
+    p = c.parser(__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=1_000_000)
+    p.add_argument("--schedules", type=int, default=1000)
+    p.add_argument("--requests", type=int, default=30, help="Timed requests per endpoint.")
+    p.add_argument("--no-explain", action="store_true")
+    p.add_argument("--keep-indexes", action="store_true",
+                   help="Load with the secondary indexes in place (slower) instead of rebuilding them after.")
+    args = p.parse_args()
+    with c.scratch_database(NAME, args):
+        c.header(f"scale: {args.runs:,} runs, {3 * args.runs:,} events", args)
+        load = load_data(args)
+        latency = measure_endpoints(args)
+        plans = [] if args.no_explain else explain_hot_queries(args)
+        c.write_results(NAME, args, {"load": load, "endpoints": latency, "explain": plans})
+    return 0
+
+
+# -- loading -------------------------------------------------------------------
+
+def _state_case(column: str) -> str:
+    """90% succeeded, 3% dead, 2% retrying, 3% pending, 1% cancelled, 1% running (by ``column`` mod 100)."""
+    return (f"CASE WHEN mod({column}, 100) < 90 THEN 'succeeded' WHEN mod({column}, 100) < 93 THEN 'dead' "
+            f"WHEN mod({column}, 100) < 95 THEN 'retrying' WHEN mod({column}, 100) < 98 THEN 'pending' "
+            f"WHEN mod({column}, 100) < 99 THEN 'cancelled' ELSE 'running' END")
+
+
+def _event_case(position: int) -> str:
+    whens = " ".join(f"WHEN '{state}' THEN '{pair[position]}'" for state, pair in EVENTS.items())
+    return f"CASE r.state {whens} END"
+
+
+def load_data(args) -> dict[str, Any]:
+    from django.db import connection
+
+    connection.ensure_connection()
+    loader = _load_postgres if connection.vendor == "postgresql" else _load_sqlite
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    loader(args, timings)
+    start = time.perf_counter()
+    c.analyze()
+    timings["analyze_s"] = time.perf_counter() - start
+    timings["total_s"] = time.perf_counter() - t0
+    states = c.states()
+    from distsched_app.models import RunEvent
+
+    events = RunEvent.objects.count()
+    print(f"loaded {sum(states.values()):,} runs, {events:,} events in {timings['total_s']:.1f} s "
+          f"({', '.join(f'{k} {v:.1f}s' for k, v in timings.items() if k != 'total_s')})")
+    print("states: " + ", ".join(f"{k} {v:,}" for k, v in sorted(states.items(), key=lambda kv: -kv[1])))
+    return {"timings": timings, "states": states, "events": events}
+
+
+def _load_postgres(args, timings: dict[str, float]) -> None:
+    from django.db import connection
+
+    now = c.now()
+    t0 = now - SPAN
+    step_us = int(SPAN.total_seconds() * 1e6 / args.runs)
+    raw = connection.connection  # psycopg connection: plain %(name)s parameters
+    params = {"now": now, "t0": t0, "n": args.runs, "s": args.schedules, "step": step_us,
+              "err": ERROR_TEXT, "msg": "ValueError: boom"}
+    with raw.cursor() as cur:
+        cur.execute("SET synchronous_commit = off")
+        cur.execute("SET maintenance_work_mem = '256MB'")
+        # Bulk-load speed: no FK triggers (the rows are consistent by construction) and the
+        # secondary indexes of the two big tables rebuilt once at the end (same definitions).
+        cur.execute("SET session_replication_role = replica")
+        cur.execute(
+            """
+            SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid) FROM pg_index i
+            WHERE i.indrelid IN ('distsched_app_run'::regclass, 'distsched_app_runevent'::regclass)
+              AND NOT i.indisprimary
+              AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)
+            """)
+        indexes = [] if args.keep_indexes else cur.fetchall()
+        for name, _ in indexes:
+            cur.execute(f"DROP INDEX {name}")
+        start = time.perf_counter()
+        cur.execute(
+            """
+            INSERT INTO distsched_app_schedule (name, task_name, args, kwargs, kind, interval_seconds, cron,
+                timezone, run_at, start_at, next_run_at, paused, max_attempts, retry_base_seconds,
+                retry_max_seconds, retry_jitter, catch_up, overlap, queue, created_at, updated_at)
+            SELECT 'scale-' || g, 'tests.noop', '[]', '{}', 'interval', 60, '', 'UTC', NULL, NULL,
+                   %(now)s::timestamptz + interval '10 minutes' + mod(g, 600) * interval '1 second',
+                   mod(g, 20) = 0, 3, 10, 3600, 0, 'one', 'allow', 'default', %(t0)s, %(t0)s
+            FROM generate_series(1, %(s)s) g
+            """, params)
+        cur.execute("SELECT min(id) FROM distsched_app_schedule")
+        params["sid0"] = cur.fetchone()[0]
+        cur.execute(
+            f"""
+            INSERT INTO distsched_app_run (schedule_id, task_name, args, kwargs, state, scheduled_for,
+                available_at, attempts, max_attempts, lease_owner, lease_expires_at, started_at, finished_at,
+                last_error, result, queue, origin, idempotency_key, cancel_requested, created_at, updated_at)
+            SELECT %(sid0)s + mod(g, %(s)s), 'tests.noop', '[]', '{{}}', st, sf,
+                   CASE st WHEN 'retrying' THEN sf + interval '10 minutes' ELSE sf END,
+                   CASE st WHEN 'dead' THEN 3 WHEN 'pending' THEN 0 WHEN 'cancelled' THEN 0 ELSE 1 END, 3,
+                   CASE st WHEN 'running' THEN 'bench-worker' ELSE '' END,
+                   CASE st WHEN 'running' THEN %(now)s::timestamptz + interval '1 day' END,
+                   CASE WHEN st IN ('succeeded', 'dead', 'retrying', 'running')
+                        THEN sf + interval '10 milliseconds' END,
+                   CASE WHEN st IN ('succeeded', 'dead', 'cancelled') THEN sf + interval '50 milliseconds' END,
+                   CASE WHEN st IN ('dead', 'retrying') THEN %(err)s ELSE '' END,
+                   NULL, CASE WHEN mod(g, 10) = 0 THEN 'emails' ELSE 'default' END, 'schedule',
+                   'scale-' || mod(g, %(s)s) || ':' || g, false, sf,
+                   sf + interval '50 milliseconds'
+            FROM (SELECT g, {_state_case('g')} AS st,
+                         %(t0)s::timestamptz + (g::bigint * %(step)s) * interval '1 microsecond' AS sf
+                  FROM generate_series(1, %(n)s) g) s
+            """, params)
+        timings["runs_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        cur.execute(
+            f"""
+            INSERT INTO distsched_app_runevent (run_id, event_type, message, worker_id, attempt, created_at)
+            SELECT r.id,
+                   CASE k WHEN 0 THEN 'created' WHEN 1 THEN {_event_case(0)} ELSE {_event_case(1)} END,
+                   CASE WHEN k > 0 AND r.state IN ('dead', 'retrying') THEN %(msg)s ELSE '' END,
+                   CASE WHEN k > 0 THEN 'bench-worker' ELSE '' END,
+                   CASE WHEN k > 0 THEN r.attempts ELSE 0 END,
+                   r.scheduled_for + k * interval '10 milliseconds'
+            FROM distsched_app_run r CROSS JOIN generate_series(0, 2) k
+            ORDER BY r.id, k
+            """, params)
+        timings["events_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        for _, definition in indexes:
+            cur.execute(definition)
+        timings["indexes_s"] = time.perf_counter() - start
+        cur.execute("SET session_replication_role = DEFAULT")
+        start = time.perf_counter()
+        # A table this old has been vacuumed by autovacuum: set the visibility map too,
+        # so that index-only scans are planned as they would be in production.
+        cur.execute("VACUUM distsched_app_run")
+        cur.execute("VACUUM distsched_app_runevent")
+        timings["vacuum_s"] = time.perf_counter() - start
+    if not raw.autocommit:
+        raw.commit()
+
+
+def _load_sqlite(args, timings: dict[str, float]) -> None:
+    from django.db import connection
+
+    now = c.now()
+    t0 = now - SPAN
+    fmt = "%Y-%m-%d %H:%M:%f"
+
+    def ts(expr: str) -> str:
+        return f"strftime('{fmt}', {expr})"
+
+    day = 86400.0
+    params = {
+        "now": now.strftime("%Y-%m-%d %H:%M:%S"), "t0": t0.strftime("%Y-%m-%d %H:%M:%S"), "n": args.runs,
+        "s": args.schedules, "step": SPAN.total_seconds() / args.runs / day, "err": ERROR_TEXT,
+        "msg": "ValueError: boom",
+    }
+    raw = connection.connection  # sqlite3 connection: plain :name parameters
+    raw.execute("PRAGMA synchronous = OFF")
+    raw.execute("PRAGMA cache_size = -400000")
+    raw.execute("PRAGMA temp_store = MEMORY")
+    ms = 1 / 86400000
+    indexes = raw.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
+        "AND tbl_name IN ('distsched_app_run', 'distsched_app_runevent')").fetchall()
+    if args.keep_indexes:
+        indexes = []
+    for name, _ in indexes:
+        raw.execute(f'DROP INDEX "{name}"')
+    start = time.perf_counter()
+    raw.execute("BEGIN")
+    raw.execute(
+        f"""
+        WITH RECURSIVE seq(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM seq WHERE g < :s)
+        INSERT INTO distsched_app_schedule (name, task_name, args, kwargs, kind, interval_seconds, cron,
+            timezone, run_at, start_at, next_run_at, paused, max_attempts, retry_base_seconds,
+            retry_max_seconds, retry_jitter, catch_up, overlap, queue, created_at, updated_at)
+        SELECT 'scale-' || g, 'tests.noop', '[]', '{{}}', 'interval', 60, '', 'UTC', NULL, NULL,
+               {ts("julianday(:now) + (600 + g % 600) / 86400.0")}, g % 20 = 0, 3, 10, 3600, 0, 'one', 'allow',
+               'default', :t0, :t0
+        FROM seq
+        """, params)
+    params["sid0"] = raw.execute("SELECT min(id) FROM distsched_app_schedule").fetchone()[0]
+    raw.execute(
+        f"""
+        WITH RECURSIVE seq(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM seq WHERE g < :n)
+        INSERT INTO distsched_app_run (schedule_id, task_name, args, kwargs, state, scheduled_for,
+            available_at, attempts, max_attempts, lease_owner, lease_expires_at, started_at, finished_at,
+            last_error, result, queue, origin, idempotency_key, cancel_requested, created_at, updated_at)
+        SELECT :sid0 + g % :s, 'tests.noop', '[]', '{{}}', st, {ts("jf")},
+               {ts(f"CASE st WHEN 'retrying' THEN jf + 600 * {ms * 1000} ELSE jf END")},
+               CASE st WHEN 'dead' THEN 3 WHEN 'pending' THEN 0 WHEN 'cancelled' THEN 0 ELSE 1 END, 3,
+               CASE st WHEN 'running' THEN 'bench-worker' ELSE '' END,
+               CASE st WHEN 'running' THEN {ts("julianday(:now) + 1")} END,
+               CASE WHEN st IN ('succeeded', 'dead', 'retrying', 'running') THEN {ts(f"jf + 10 * {ms}")} END,
+               CASE WHEN st IN ('succeeded', 'dead', 'cancelled') THEN {ts(f"jf + 50 * {ms}")} END,
+               CASE WHEN st IN ('dead', 'retrying') THEN :err ELSE '' END,
+               NULL, CASE WHEN g % 10 = 0 THEN 'emails' ELSE 'default' END, 'schedule',
+               'scale-' || (g % :s) || ':' || g, 0, {ts("jf")}, {ts(f"jf + 50 * {ms}")}
+        FROM (SELECT g, {_state_case('g').replace('mod(g, 100)', '(g % 100)')} AS st,
+                     julianday(:t0) + g * :step AS jf FROM seq)
+        """, params)
+    raw.execute("COMMIT")
+    timings["runs_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    raw.execute("BEGIN")
+    raw.execute(
+        f"""
+        INSERT INTO distsched_app_runevent (run_id, event_type, message, worker_id, attempt, created_at)
+        SELECT r.id,
+               CASE k.k WHEN 0 THEN 'created' WHEN 1 THEN {_event_case(0)} ELSE {_event_case(1)} END,
+               CASE WHEN k.k > 0 AND r.state IN ('dead', 'retrying') THEN :msg ELSE '' END,
+               CASE WHEN k.k > 0 THEN 'bench-worker' ELSE '' END,
+               CASE WHEN k.k > 0 THEN r.attempts ELSE 0 END,
+               {ts(f"julianday(r.scheduled_for) + k.k * 10 * {ms}")}
+        FROM distsched_app_run r CROSS JOIN (SELECT 0 AS k UNION ALL SELECT 1 UNION ALL SELECT 2) k
+        ORDER BY r.id, k.k
+        """, params)
+    raw.execute("COMMIT")
+    timings["events_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    for _, definition in indexes:
+        raw.execute(definition)
+    timings["indexes_s"] = time.perf_counter() - start
+    raw.execute("PRAGMA synchronous = NORMAL")
+
+
+# -- endpoint latency ----------------------------------------------------------
+
+def measure_endpoints(args) -> list[dict[str, Any]]:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    user = get_user_model().objects.create_superuser("bench", "bench@example.com", "bench-password")
+    client = Client()
+    client.force_login(user)
+    results = []
+    next_page: str | None = None
+    for label, url, target in ENDPOINTS:
+        if url is None:
+            url = next_page
+        if url is None:
+            results.append({"endpoint": label, "url": None, "status": "n/a (no next page)", "target_ms": target})
+            continue
+        row = time_endpoint(client, label, url, target, args.requests)
+        if label == "GET /api/runs?state=dead" and row.get("next"):
+            next_page = row["next"]
+        results.append(row)
+    rows = []
+    for r in results:
+        if "p50_ms" in r:
+            verdict = "" if r["target_ms"] is None else ("ok" if r["p95_ms"] <= r["target_ms"] else "MISS")
+            rows.append([r["endpoint"], r["status"], r["queries"], r["p50_ms"], r["p95_ms"], r["max_ms"],
+                         f"<= {r['target_ms']} ms" if r["target_ms"] else "-", verdict])
+        else:
+            rows.append([r["endpoint"], r["status"], "", "", "", "", "-", ""])
+    print()
+    print(c.table(["endpoint", "status", "queries", "p50 ms", "p95 ms", "max ms", "target (p95)", ""], rows))
+    return results
+
+
+def time_endpoint(client, label: str, url: str, target: int | None, count: int) -> dict[str, Any]:
+    from django.db import connection
+
+    row: dict[str, Any] = {"endpoint": label, "url": url, "target_ms": target}
+    try:
+        first = client.get(url)
+    except Exception as exc:  # noqa: BLE001 - an endpoint under construction may crash; report it
+        row["status"] = f"error ({type(exc).__name__}: {str(exc)[:80]})"
+        return row
+    if first.status_code in (301, 302, 307, 308) and first.get("Location", "").startswith("/"):
+        # Measure where the redirect leads (DESIGN: both /api/x and /api/x/ should answer directly).
+        row["redirected_from"] = url
+        url = row["url"] = first["Location"]
+        first = client.get(url)
+    if first.status_code == 404:
+        row["status"] = "n/a (404)"
+        return row
+    if first.status_code != 200:
+        row["status"] = f"n/a ({first.status_code})"
+        return row
+    row["next"] = _next_link(first)
+    client.get(url)
+    queries = [0]
+
+    def counter(execute, sql, params, many, context):
+        queries[0] += 1
+        return execute(sql, params, many, context)
+
+    times = []
+    with connection.execute_wrapper(counter):
+        for _ in range(count):
+            start = time.perf_counter()
+            response = client.get(url)
+            times.append((time.perf_counter() - start) * 1000)
+            if response.status_code != 200:
+                row["status"] = f"error ({response.status_code})"
+                return row
+    status = f"200 (via {row['redirected_from']} 301)" if "redirected_from" in row else 200
+    row.update(status=status, queries=queries[0] // count, bytes=len(first.content), p50_ms=c.percentile(times, 50),
+               p95_ms=c.percentile(times, 95), max_ms=max(times), times_ms=times)
+    return row
+
+
+def _next_link(response) -> str | None:
+    if "json" not in response.get("Content-Type", ""):
+        return None
+    try:
+        data = json.loads(response.content)
+    except ValueError:
+        return None
+    link = data.get("next") if isinstance(data, dict) else None
+    if not link:
+        return None
+    return link.split("testserver", 1)[-1] if "testserver" in link else link
+
+
+# -- EXPLAIN -------------------------------------------------------------------
+
+def capture(fn: Callable[[], Any]) -> list[tuple[str, Any]]:
+    """The SELECTs ``fn`` issues, with their parameters (inside a rolled-back transaction)."""
+    from django.db import connection, transaction
+
+    seen: list[tuple[str, Any]] = []
+
+    def recorder(execute, sql, params, many, context):
+        if not many and sql.lstrip().upper().startswith(("SELECT", "WITH")):
+            seen.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with transaction.atomic():
+        with connection.execute_wrapper(recorder):
+            fn()
+        transaction.set_rollback(True)
+    return seen
+
+
+def explain(sql: str, params: Any) -> str:
+    from django.db import connection, transaction
+
+    with transaction.atomic(), connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, params)
+            text = "\n".join(row[0] for row in cur.fetchall())
+        else:
+            cur.execute("EXPLAIN QUERY PLAN " + sql, params)
+            text = _sqlite_tree(cur.fetchall())
+        transaction.set_rollback(True)
+    return text
+
+
+def _sqlite_tree(rows: list[tuple]) -> str:
+    depth: dict[int, int] = {0: -1}
+    lines = []
+    for node, parent, _, detail in rows:
+        depth[node] = depth.get(parent, -1) + 1
+        lines.append("  " * depth[node] + detail)
+    return "\n".join(lines)
+
+
+def _inline(sql: str, params: Any) -> str:
+    """The statement with its parameters, for reading (not for executing)."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        try:
+            return connection.ops.last_executed_query(cur, sql, params) if connection.vendor == "sqlite" \
+                else cur.cursor.mogrify(sql, params)
+        except Exception:  # noqa: BLE001 - only a display aid
+            return f"{sql}  -- params {params!r}"
+
+
+def explain_hot_queries(args) -> list[dict[str, str]]:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from distsched_app.models import Run
+    from distsched_app.services import claiming, stats
+    from distsched_app.services.tick import tick
+
+    now = c.now()
+    dead = Run.objects.filter(state="dead").order_by("-id")
+    ids = list(dead.values_list("id", flat=True)[:200])
+    cursor_id = ids[-1] if ids else 0
+    client = Client()
+    client.force_login(get_user_model().objects.get(username="bench"))
+    cases: list[tuple[str, Callable[[], Any]]] = [
+        ("claim (claim_next_run: lease-expired query, then waiting query)",
+         lambda: claiming.claim_next_run(worker_id="bench-explain", queues=["default"], lease_seconds=30, now=now)),
+        ("tick due query (tick(now), nothing due)", lambda: tick(now=now)),
+        ("run list by state, newest first (ORM, first page)", lambda: list(dead[:51])),
+        ("run list by state, cursor page (ORM, id < cursor)",
+         lambda: list(Run.objects.filter(state="dead", id__lt=cursor_id).order_by("-id")[:51])),
+        ("run list filtered by schedule, newest first (ORM)",
+         lambda: list(Run.objects.filter(schedule__name="scale-7").order_by("-id")[:51])),
+        ("stats: runs by state GROUP BY (services.stats.runs_by_state)", stats.runs_by_state),
+        ("stats: the rest of services.stats.stats", lambda: stats.stats(now=now)),
+        ("GET /api/runs?state=dead as served", lambda: _get(client, "/api/runs/?state=dead")),
+        ("GET /api/runs?schedule=scale-7 as served", lambda: _get(client, "/api/runs/?schedule=scale-7")),
+        ("admin run changelist ?state__exact=dead as served",
+         lambda: _get(client, "/admin/distsched_app/run/?state__exact=dead")),
+        ("admin run changelist (unfiltered) as served", lambda: _get(client, "/admin/distsched_app/run/")),
+        ("GET /api/stats as served", lambda: _get(client, "/api/stats/")),
+        ("GET /metrics as served", lambda: _get(client, "/metrics")),
+    ]
+    plans = []
+    done: set[str] = set()
+    out_lines = []
+    for label, fn in cases:
+        try:
+            statements = capture(fn)
+        except Exception as exc:  # noqa: BLE001 - an adapter under construction may fail
+            statements = []
+            print(f"\n### {label}: could not run ({type(exc).__name__}: {exc})")
+        relevant = [(s, p) for s, p in statements if "distsched_app_" in s]
+        if not relevant:
+            continue
+        for sql, params in relevant:
+            key = _inline(sql, params)
+            if key in done:
+                continue
+            done.add(key)
+            plan = explain(sql, params)
+            plans.append({"case": label, "sql": key, "plan": plan})
+            block = f"\n### {label}\n{_abbreviate(key)}\n{plan}"
+            out_lines.append(block)
+            print(block)
+    c.RESULTS.mkdir(parents=True, exist_ok=True)
+    path = c.RESULTS / f"explain-{args.db}.txt"
+    path.write_text(f"# EXPLAIN of hot queries, {args.runs:,} runs, {c.db_version()}\n" + "\n".join(out_lines) + "\n")
+    print(f"\nplans written to {path.relative_to(c.ROOT)}")
+    return plans
+
+
+def _abbreviate(sql: str) -> str:
+    """``SELECT <long column list> FROM`` -> ``SELECT ... FROM`` for reading."""
+    head, sep, rest = sql.partition(" FROM ")
+    if sep and head.upper().startswith("SELECT") and len(head) > 160:
+        return f"SELECT ...{len(head.split(','))} columns... FROM {rest}"
+    return sql
+
+
+def _get(client, url: str) -> None:
+    response = client.get(url)
+    if response.status_code != 200:
+        raise RuntimeError(f"{url} answered {response.status_code}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
