@@ -161,7 +161,9 @@ class RunQuerySet(models.QuerySet):
 
 
 class Run(models.Model):
-    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
+    # No separate FK index: "distsched_run_sched_id" (schedule, -id) covers it,
+    # and every index costs a write per generated run.
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs", db_index=False)
     task_name = models.CharField(max_length=200)
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
@@ -266,7 +268,8 @@ class Worker(models.Model):
 class RunEvent(models.Model):
     """Append-only history of a run; written only by ``services.events``."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # Covered by "distsched_event_run" (run, id); see Run.schedule.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
     event_type = models.CharField(max_length=20, choices=EventType.choices)
     message = models.TextField(blank=True, default="")
     worker_id = models.CharField(max_length=200, blank=True, default="")
