@@ -78,8 +78,8 @@ def record_many(events: Iterable[NewEvent]) -> None:
     if connection.vendor == "postgresql":
         # One array per column, bound on the server: 6 parameters, not 6 per event.
         pgarrays.execute(
-            f"INSERT INTO {table} ({columns}) SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], "
-            "%s::text[], %s::integer[], %s::timestamptz[])",
+            f"INSERT INTO {table} ({columns}) SELECT * FROM unnest(%b::bigint[], %b::text[], %b::text[], "
+            "%b::text[], %b::integer[], %b::timestamptz[])",
             [[e.run_id for e in events], [e.event_type for e in events],
              [_storable(e.message)[:MAX_MESSAGE_CHARS] for e in events], [e.worker_id for e in events],
              [e.attempt for e in events], [e.now for e in events]],

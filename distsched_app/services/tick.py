@@ -155,7 +155,7 @@ def _insert_chunk(runs: list[NewRun], schedules: dict[int, Schedule], now: datet
     finished = [now if run.state == RunState.SKIPPED else None for run in runs]
     if connection.vendor == "postgresql":
         # One array per column, bound on the server: 5 parameters, not 5 per run.
-        source = ("unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[]) "
+        source = ("unnest(%b::bigint[], %b::text[], %b::timestamptz[], %b::timestamptz[], %b::text[]) "
                   "AS u(sid, state, slot, fin, key)")
         params = [[r.schedule_id for r in runs], [r.state for r in runs], [r.scheduled_for for r in runs],
                   finished, keys]
@@ -187,7 +187,7 @@ def _set_next_run_at(schedules: list[Schedule]) -> None:
     table = connection.ops.quote_name(Schedule._meta.db_table)
     if connection.vendor == "postgresql":
         pgarrays.execute(
-            f"UPDATE {table} SET next_run_at = u.at FROM unnest(%s::bigint[], %s::timestamptz[]) AS u(id, at) "
+            f"UPDATE {table} SET next_run_at = u.at FROM unnest(%b::bigint[], %b::timestamptz[]) AS u(id, at) "
             f"WHERE {table}.id = u.id",
             [[s.pk for s in schedules], [s.next_run_at for s in schedules]],
         )
