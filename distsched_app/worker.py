@@ -52,6 +52,10 @@ MAX_DB_BACKOFF_SECONDS = 30.0
 FAST_TASK_SECONDS = 0.05
 # How often the lease-recovery query runs (it need not run on every claim).
 EXPIRED_CHECK_SECONDS = 1.0
+# An idle worker expects another process to tick a due slot within this long,
+# and polls for its run every TICKER_POLL_SECONDS meanwhile.
+TICKER_GRACE_SECONDS = 2.0
+TICKER_POLL_SECONDS = 0.02
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -549,18 +553,31 @@ class Worker:
                     self.flush()
 
     def _idle_wait(self) -> None:
-        """Sleep until the next run (or schedule, when ticking) is due, at most one poll interval."""
+        """Sleep until the next run or schedule slot is due, at most one poll interval.
+
+        A slot that has come but whose run does not exist yet is being ticked by
+        another process any moment: poll briefly for it, unless it has been
+        overdue for long (then no ticker runs and short polls would only burn CPU).
+        """
         delay = self.poll_interval
+        now = self.clock.now()
         try:
-            due = claiming.next_due_at(queues=self.queues, include_schedules=self.with_tick)
+            due = claiming.next_due(queues=self.queues)
         except TRANSIENT_DB_ERRORS:
             self._reset_connection()
-            due = None
-        if due is not None:
-            delay = min(delay, max(0.0, (due - self.clock.now()).total_seconds()) + 0.001)
-            if self.with_tick:
-                self._next_tick = 0.0  # tick as soon as we wake: the due schedule is why we woke
-        self._stop.wait(delay)
+            due = claiming.NextDue(run=None, schedule=None)
+        if due.run is not None:
+            delay = min(delay, max(0.0, (due.run - now).total_seconds()) + 0.001)
+        if due.schedule is not None:
+            ahead = (due.schedule - now).total_seconds()
+            if ahead > 0:
+                delay = min(delay, ahead + 0.001)
+            elif ahead > -TICKER_GRACE_SECONDS:
+                delay = min(delay, 0.0 if self.with_tick else TICKER_POLL_SECONDS)
+            if self.with_tick and ahead < delay + 0.001:
+                self._next_tick = 0.0  # tick as soon as we wake: the due slot is why we woke
+        if delay > 0:
+            self._stop.wait(delay)
 
     def _run_in_thread(self, attempt: _Attempt) -> None:
         try:

@@ -10,6 +10,7 @@ claim can never overwrite a concurrent change even without row locks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from django.db import connection, transaction
@@ -146,14 +147,19 @@ def _finish_abandoned(run: Run, now: datetime, new_events: list[events.NewEvent]
                                       message=message))
 
 
-def next_due_at(*, queues: Sequence[str] | None, include_schedules: bool = False) -> datetime | None:
-    """The earliest moment a waiting run (or, for a ticking worker, a schedule)
-    becomes due: lets an idle worker sleep until then instead of a full poll."""
-    qs = Run.objects.waiting(datetime.max.replace(tzinfo=timezone.utc), list(queues) if queues else None)
-    candidates = [qs.order_by().aggregate(at=Min("available_at"))["at"]]
-    if include_schedules:
-        candidates.append(
-            Schedule.objects.filter(paused=False, next_run_at__isnull=False).aggregate(at=Min("next_run_at"))["at"]
-        )
-    found = [c for c in candidates if c is not None]
-    return min(found) if found else None
+@dataclass(frozen=True, kw_only=True)
+class NextDue:
+    run: datetime | None  # earliest available_at of a waiting run
+    schedule: datetime | None  # earliest next_run_at of an active schedule
+
+
+def next_due(*, queues: Sequence[str] | None) -> NextDue:
+    """When the next waiting run, and the next schedule slot, come due on these
+    queues: lets an idle worker sleep until then instead of a full poll."""
+    queues = list(queues) if queues else None
+    runs = Run.objects.waiting(datetime.max.replace(tzinfo=timezone.utc), queues).order_by()
+    schedules = Schedule.objects.filter(paused=False, next_run_at__isnull=False)
+    if queues:
+        schedules = schedules.filter(queue__in=queues)
+    return NextDue(run=runs.aggregate(at=Min("available_at"))["at"],
+                   schedule=schedules.aggregate(at=Min("next_run_at"))["at"])

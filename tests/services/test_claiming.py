@@ -131,16 +131,19 @@ def test_claimed_run_is_never_claimed_again_while_leased(scheduler, make_schedul
         assert claim(clock, w) is None
 
 
-def test_next_due_at_reports_earliest_waiting_run_and_schedule(scheduler, clock):
+def test_next_due_reports_earliest_waiting_run_and_schedule(scheduler, clock):
     scheduler.create_schedule(name="soon", task_name="tests.noop", run_at=T0 + timedelta(seconds=30))
     scheduler.create_schedule(name="later", task_name="tests.noop", interval_seconds=60,
                               start_at=T0 + timedelta(seconds=90))
-    assert claiming.next_due_at(queues=["default"]) is None  # no runs yet
-    assert claiming.next_due_at(queues=["default"], include_schedules=True) == T0 + timedelta(seconds=30)
+    scheduler.create_schedule(name="elsewhere", task_name="tests.noop", interval_seconds=60, queue="other",
+                              start_at=T0 + timedelta(seconds=10))
+    due = claiming.next_due(queues=["default"])
+    assert (due.run, due.schedule) == (None, T0 + timedelta(seconds=30))
     clock.advance(seconds=30)
     scheduler.tick()
-    assert claiming.next_due_at(queues=["default"]) == T0 + timedelta(seconds=30)
-    assert claiming.next_due_at(queues=["other"]) is None
+    due = claiming.next_due(queues=["default"])
+    assert (due.run, due.schedule) == (T0 + timedelta(seconds=30), T0 + timedelta(seconds=90))
+    assert claiming.next_due(queues=["other"]).run == T0 + timedelta(seconds=10)  # its own queue only
 
 
 def test_prefetched_run_of_a_dead_worker_keeps_its_attempt_budget(scheduler, clock):
