@@ -28,7 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_PUBLIC": False,
     "LOG_FORMAT": "text",
     "TICK_BATCH_SIZE": 1000,
-    "PREFETCH": 16,
+    "PREFETCH": 32,
 }
 
 
