@@ -1,0 +1,80 @@
+"""The README and docs/ name only settings, commands, endpoints and metrics that exist."""
+
+from __future__ import annotations
+
+import re
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command, get_commands
+from django.urls import Resolver404, resolve
+
+from distsched_app.conf import DEFAULTS
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TEXT = {path.name: path.read_text() for path in DOCS}
+
+
+def test_every_setting_is_documented_and_every_documented_setting_exists():
+    table = re.findall(r"^\| `([A-Z_]+)` \|", TEXT["README.md"], re.MULTILINE)
+    assert set(table) == set(DEFAULTS), set(table) ^ set(DEFAULTS)
+
+
+def test_settings_named_anywhere_exist():
+    for name, text in TEXT.items():
+        for key in re.findall(r'DISTSCHED\[\s*"([A-Z_]+)"\s*\]', text) + re.findall(r'"([A-Z_]{6,})":', text):
+            if key.startswith(("DISTSCHED", "DATABASE", "REST", "DEFAULT")):
+                continue
+            assert key in DEFAULTS, f"{name} mentions unknown setting {key}"
+
+
+def test_commands_named_in_docs_exist():
+    commands = get_commands()
+    for name, text in TEXT.items():
+        for command in set(re.findall(r"manage\.py ([a-z_]+)", text)):
+            assert command in commands, f"{name} mentions unknown command {command}"
+
+
+@pytest.mark.django_db
+def test_distsched_subcommands_in_docs_exist():
+    groups = {"schedule": {"create", "list", "show", "pause", "resume", "trigger"},
+              "run": {"list", "show", "cancel", "requeue"}, "worker": {"list"}}
+    for name, text in TEXT.items():
+        for group, verb in re.findall(r"distsched (schedule|run|worker) ([a-z]+)", text):
+            assert verb in groups[group], f"{name}: distsched {group} {verb}"
+    out = StringIO()
+    call_command("distsched", "stats", stdout=out)
+    assert out.getvalue()
+
+
+def test_api_paths_in_docs_resolve():
+    paths = set()
+    for text in TEXT.values():
+        paths |= set(re.findall(r"(?:\$API|/api)(/[a-z_/{}0-9-]*)", text))
+    paths.discard("/")  # "under /api/": the prefix itself
+    assert len(paths) > 10
+    for path in sorted(paths):
+        concrete = re.sub(r"\{[^}]+\}", "x", path).replace("/17", "/1").replace("nightly-report", "x")
+        concrete = re.sub(r"/runs/x", "/runs/1", concrete)
+        try:
+            resolve("/api" + concrete)
+        except Resolver404:
+            pytest.fail(f"documented path /api{path} does not resolve")
+
+
+@pytest.mark.django_db
+def test_metric_names_in_docs_are_served(client, settings):
+    settings.DISTSCHED = {"METRICS_PUBLIC": True}
+    served = client.get("/metrics").content.decode()
+    for name, text in TEXT.items():
+        for metric in set(re.findall(r"\b(distsched_[a-z_]+)", text)):
+            if metric.startswith(("distsched_app", "distsched_demo", "distsched_ci", "distsched_bench",
+                                  "distsched_run_waiting", "distsched_run_leased", "distsched_sched_due",
+                                  "distsched_run_unique_slot", "distsched_run_state", "distsched_run_sched",
+                                  "distsched_event", "distsched_run_finished", "distsched_dashboard",
+                                  "distsched_run_idem")):
+                continue  # app labels, databases, index and URL names
+            base = re.sub(r"_(bucket|gcount|gsum)$", "", metric)
+            assert base in served, f"{name} documents metric {metric}, which /metrics does not serve"
