@@ -3,10 +3,14 @@
 Nothing is counted in process memory: each scrape builds a fresh registry
 whose collector reads the database, so every web process answers the same
 numbers however many workers, tickers and web processes run. A scrape is
-seven aggregate queries whatever the data: six read an index or a bounded
-window (runs finished in the last hour, recent events) and one groups the
-runs table by state and queue, the only cost that grows with history (about
-0.2 s at a million runs on a small PostgreSQL; ``distsched prune`` keeps it down).
+nine aggregate queries whatever the data, each read from an index: runs by
+state and queue (two ranges of the ``(state, queue)`` index: active and dead,
+then the big terminal states, ~0.1 s at a million runs, the only cost that
+grows with all history; ``distsched prune`` keeps it down; see
+``services.stats.run_counts`` for the 10 s cache on a large PostgreSQL), the
+oldest waiting run (the claim index), rare events of all time and frequent
+ones of the last hour (the ``(event_type, created_at)`` index), runs finished
+in the last hour (the ``finished_at`` index), workers and schedules.
 
 The ``*_total`` counters are derived from durable state (succeeded runs, run
 events of a type); pruning history lowers them, which Prometheus' ``rate()``
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Sum
+from django.db.models import Count, F, Min, Q, Sum
 from django.http import HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
@@ -36,7 +40,8 @@ from rest_framework.views import APIView
 from .api.permissions import IsStaffReadChangeWrite
 from .clock import Clock, system_clock
 from .conf import conf
-from .models import WAITING_STATES, EventType, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
+from .models import EventType, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
+from .services.stats import Microseconds, run_counts
 
 WINDOW = timedelta(hours=1)
 """Durations, start lags and claim latencies describe runs finished in this window; event counts likewise."""
@@ -108,26 +113,24 @@ class Snapshot:
 
 
 def read_snapshot(now: datetime) -> Snapshot:
-    """Seven small queries; the events table is only read through its ``(event_type, created_at)`` index."""
-    runs: dict[tuple[str, str], int] = {}
-    oldest_waiting: dict[str, datetime] = {}
-    # One GROUP BY over the runs table; the only query whose cost grows with history (prune keeps it small).
-    due_waiting = Q(state__in=WAITING_STATES, available_at__lte=now)
-    for row in (Run.objects.order_by().values("state", "queue")
-                .annotate(n=Count("*"), oldest=Min("available_at", filter=due_waiting))):
-        runs[(row["state"], row["queue"])] = row["n"]
-        if row["oldest"] is not None:
-            previous = oldest_waiting.get(row["queue"])
-            oldest_waiting[row["queue"]] = row["oldest"] if previous is None else min(previous, row["oldest"])
+    """Nine small queries, each read from an index (the events table only through ``(event_type, created_at)``)."""
+    # From the (state, queue) index alone: no runs table row is read (see run_counts for exactness).
+    runs = run_counts()
+    # The claim query's partial index (queue, available_at) over waiting runs only.
+    oldest_waiting = {row["queue"]: row["oldest"] for row in Run.objects.waiting(now).order_by()
+                      .values("queue").annotate(oldest=Min("available_at"))}
     # Ranges of the (event_type, created_at) index only: every rare event, and the
-    # last hour of the frequent ones. Counting created_at needs no event row.
+    # last hour of the frequent ones (one statement, two index ranges: an OR of
+    # the two made the planners read far more of the index). Counting created_at needs no event row.
     since = now - WINDOW
+    rare = (RunEvent.objects.filter(event_type__in=list(COUNTED_EVENTS)).order_by().values("event_type")
+            .annotate(n=Count("created_at"), recent=Count("created_at", filter=Q(created_at__gte=since))))
+    frequent = (RunEvent.objects.filter(event_type__in=[e for e in WINDOWED_EVENTS if e not in COUNTED_EVENTS],
+                                        created_at__gte=since)
+                .order_by().values("event_type").annotate(n=Count("created_at"), recent=Count("created_at")))
     events: dict[str, int] = {}
     recent_events: dict[str, int] = {}
-    for row in (RunEvent.objects.filter(Q(event_type__in=list(COUNTED_EVENTS))
-                                        | Q(event_type__in=WINDOWED_EVENTS, created_at__gte=since))
-                .order_by().values("event_type")
-                .annotate(n=Count("created_at"), recent=Count("created_at", filter=Q(created_at__gte=since)))):
+    for row in rare.union(frequent, all=True):
         events[row["event_type"]] = row["n"]
         recent_events[row["event_type"]] = row["recent"]
     live_workers = [
@@ -157,10 +160,10 @@ def _timings(now: datetime) -> dict[str, dict[str, Timing]]:
     ).order_by()
     aggregates: dict[str, Any] = {}
     for name, (end, start, _) in TIMINGS.items():
-        qs = qs.alias(**{name: ExpressionWrapper(F(end) - F(start), output_field=DurationField())})
+        qs = qs.alias(**{name: Microseconds(F(end), F(start))})  # in the database, exact to the microsecond
         aggregates[f"{name}__sum"] = Sum(name)
         for i, bound in enumerate(BUCKETS):
-            aggregates[f"{name}__le{i}"] = Count("pk", filter=Q(**{f"{name}__lte": timedelta(seconds=bound)}))
+            aggregates[f"{name}__le{i}"] = Count("pk", filter=Q(**{f"{name}__lte": round(bound * 1_000_000)}))
     aggregates["n"] = Count("*")
     out: dict[str, dict[str, Timing]] = {name: {} for name in TIMINGS}
     for row in qs.values("queue").annotate(**aggregates):
@@ -169,7 +172,7 @@ def _timings(now: datetime) -> dict[str, dict[str, Timing]]:
             out[name][row["queue"]] = Timing(
                 buckets=tuple(row[f"{name}__le{i}"] for i in range(len(BUCKETS))),
                 count=row["n"],
-                total_seconds=total.total_seconds() if total is not None else 0.0,
+                total_seconds=total / 1_000_000 if total is not None else 0.0,
             )
     return out
 
@@ -193,12 +196,15 @@ class DistschedCollector(Collector):
 
 def families(s: Snapshot) -> Iterator[Metric]:
     """The metric families of one snapshot (pure: no database, no clock)."""
-    runs = GaugeMetricFamily("distsched_runs", "Runs by current state and queue.", labels=["state", "queue"])
+    runs = GaugeMetricFamily("distsched_runs", "Runs by current state and queue (exact; on PostgreSQL with more "
+                             "than 100,000 succeeded/cancelled/skipped runs those three may be up to 10 s old).",
+                             labels=["state", "queue"])
     for queue in s.queues:
         for state in RunState.values:
             runs.add_metric([state, queue], s.runs.get((state, queue), 0))
     yield runs
-    succeeded = CounterMetricFamily("distsched_runs_succeeded", "Runs that succeeded (runs in state succeeded).",
+    succeeded = CounterMetricFamily("distsched_runs_succeeded", "Runs that succeeded (runs in state succeeded; "
+                                    "like distsched_runs, up to 10 s old on a large PostgreSQL).",
                                     labels=["queue"])
     for queue in s.queues:
         succeeded.add_metric([queue], s.runs.get((RunState.SUCCEEDED, queue), 0))

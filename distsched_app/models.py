@@ -214,6 +214,8 @@ class Run(models.Model):
             ),
             # Lists filtered by state, newest first.
             models.Index(fields=["state", "-id"], name="distsched_run_state_id"),
+            # Counts by state and queue (stats, metrics, dashboard), read from this index alone.
+            models.Index(fields=["state", "queue"], name="distsched_run_state_queue"),
             models.Index(fields=["schedule", "-id"], name="distsched_run_sched_id"),
             models.Index(fields=["finished_at"], name="distsched_run_finished"),
         ]

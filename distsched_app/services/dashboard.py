@@ -17,6 +17,24 @@ from django.db.models.functions import TruncHour
 from ..conf import conf
 from ..models import EventType, RunEvent, Schedule
 
+
+class UTCHour(TruncHour):
+    """``TruncHour`` in UTC, computed by SQLite's C ``strftime`` instead of Django's per-row Python function.
+
+    Django's SQLite ``TruncHour`` calls back into Python for every event row
+    (~0.3 s over a day of events at a million runs); timestamps are stored in
+    UTC as 'YYYY-MM-DD HH:MM:SS[.ffffff]', so the hour is a string operation.
+    PostgreSQL keeps Django's ``date_trunc``.
+    """
+
+    def __init__(self, expression: str) -> None:
+        super().__init__(expression, tzinfo=timezone.utc)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        sql, params = compiler.compile(self.lhs)
+        return f"strftime('%%Y-%%m-%%d %%H:00:00', {sql})", params
+
+
 # The event that ends an attempt, by the outcome it stands for (chart order, bottom up).
 OUTCOME_EVENTS: dict[str, str] = {
     "succeeded": EventType.SUCCEEDED,
@@ -52,7 +70,7 @@ def outcomes_per_hour(*, now: datetime, hours: int = 24) -> list[HourOutcomes]:
     outcome_of = {event: outcome for outcome, event in OUTCOME_EVENTS.items()}
     rows = (
         RunEvent.objects.filter(event_type__in=list(outcome_of), created_at__gte=first, created_at__lte=now)
-        .annotate(hour=TruncHour("created_at", tzinfo=timezone.utc))
+        .annotate(hour=UTCHour("created_at"))
         .order_by()
         .values("hour", "event_type")
         .annotate(n=Count("id"))

@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db.models import F
 
-from distsched_app.models import RunState, Worker, WorkerStatus
-from distsched_app.services import claiming, outcomes, workers
-from distsched_app.services.stats import stats
+from distsched_app.models import EventType, Origin, Run, RunState, Worker, WorkerStatus
+from distsched_app.services import claiming, events, outcomes, workers
+from distsched_app.services.stats import Microseconds, run_counts, runs_by_state, stats
+from tests.conftest import T0
 
 pytestmark = pytest.mark.django_db
 
@@ -71,3 +73,79 @@ def test_stats_summarise_state(scheduler, make_schedule, clock, settings):
     clock.advance(minutes=5)
     assert stats(now=clock.now()).schedules_overdue == 2
     assert stats(now=clock.now() + timedelta(seconds=31)).workers_stale == 1
+
+
+def _run(schedule, state, *, queue="default", started_at=None, finished_at=None):
+    return Run.objects.create(
+        schedule=schedule, task_name=schedule.task_name, state=state, queue=queue, scheduled_for=T0,
+        available_at=T0, started_at=started_at, finished_at=finished_at, origin=Origin.MANUAL,
+        idempotency_key="k", created_at=T0, updated_at=T0,
+    )
+
+
+def test_run_counts_are_exact_by_state_and_queue(make_schedule):
+    a = make_schedule("a")
+    for state, queue, n in [(RunState.SUCCEEDED, "default", 3), (RunState.SUCCEEDED, "q2", 2),
+                            (RunState.DEAD, "q2", 1), (RunState.PENDING, "default", 1)]:
+        for _ in range(n):
+            _run(a, state, queue=queue)
+    counts = run_counts()
+    assert counts == {(RunState.SUCCEEDED, "default"): 3, (RunState.SUCCEEDED, "q2"): 2,
+                      (RunState.DEAD, "q2"): 1, (RunState.PENDING, "default"): 1}
+    by_state = runs_by_state(counts)
+    assert by_state == runs_by_state()
+    assert (by_state[RunState.SUCCEEDED], by_state[RunState.DEAD], by_state[RunState.SKIPPED]) == (5, 1, 0)
+
+
+@pytest.mark.parametrize(("start", "end", "micros"), [
+    (T0, T0 + timedelta(seconds=4), 4_000_000),  # whole seconds: stored without a fraction
+    (T0 - timedelta(microseconds=50_000), T0 + timedelta(microseconds=50_000), 100_000),  # borrows a second
+    (T0 + timedelta(microseconds=1), T0 + timedelta(microseconds=100_002), 100_001),
+    (T0, T0 + timedelta(days=2, microseconds=7), 172_800_000_007),
+])
+def test_microseconds_is_exact_in_the_database(make_schedule, start, end, micros):
+    _run(make_schedule("a"), RunState.SUCCEEDED, started_at=start, finished_at=end)
+    assert Run.objects.annotate(d=Microseconds(F("finished_at"), F("started_at"))).get().d == micros
+
+
+def test_recent_failures_newest_first(make_schedule):
+    run = _run(make_schedule("a"), RunState.RETRYING)
+    for i in range(3):
+        events.record(run.pk, EventType.FAILED, message=f"boom {i}", attempt=i + 1,
+                      now=T0 + timedelta(seconds=i))
+    s = stats(now=T0 + timedelta(minutes=1), recent_failures=2)
+    assert [f.message for f in s.recent_failures] == ["boom 2", "boom 1"]
+    assert s.failures_last_24h == 3
+
+
+@pytest.fixture
+def _no_cached_counts():
+    from django.core.cache import cache
+
+    from distsched_app.services import stats as stats_module
+
+    cache.delete(stats_module.BIG_TERMINAL_CACHE_KEY)
+    yield
+    cache.delete(stats_module.BIG_TERMINAL_CACHE_KEY)  # no stale figure for the next test, even on failure
+
+
+@pytest.mark.usefixtures("_no_cached_counts")
+def test_big_terminal_counts_cached_only_on_a_large_postgresql(make_schedule, monkeypatch):
+    from django.core.cache import cache
+    from django.db import connection
+
+    from distsched_app.services import stats as stats_module
+
+    monkeypatch.setattr(stats_module, "BIG_TERMINAL_CACHE_ABOVE", 1)
+    a = make_schedule("a")
+    for _ in range(2):
+        _run(a, RunState.SUCCEEDED)
+    assert run_counts()[(RunState.SUCCEEDED, "default")] == 2
+    _run(a, RunState.SUCCEEDED)
+    _run(a, RunState.DEAD)
+    counts = run_counts()
+    assert counts[(RunState.DEAD, "default")] == 1  # active and dead: always exact
+    cached = connection.vendor == "postgresql"
+    assert counts[(RunState.SUCCEEDED, "default")] == (2 if cached else 3)
+    cache.delete(stats_module.BIG_TERMINAL_CACHE_KEY)
+    assert run_counts()[(RunState.SUCCEEDED, "default")] == 3
