@@ -182,7 +182,7 @@ class Run(models.Model):
     result = models.JSONField(null=True, blank=True)
     queue = models.CharField(max_length=100, default="default")
     origin = models.CharField(max_length=10, choices=Origin.choices, default=Origin.SCHEDULE)
-    idempotency_key = models.CharField(max_length=255, db_index=True)
+    idempotency_key = models.CharField(max_length=255)
     cancel_requested = models.BooleanField(default=False)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
@@ -217,7 +217,13 @@ class Run(models.Model):
             # Counts by state and queue (stats, metrics, dashboard), read from this index alone.
             models.Index(fields=["state", "queue"], name="distsched_run_state_queue"),
             models.Index(fields=["schedule", "-id"], name="distsched_run_sched_id"),
-            models.Index(fields=["finished_at"], name="distsched_run_finished"),
+            # Finished runs only (prune, recent durations): pending inserts skip it.
+            models.Index(fields=["finished_at"], name="distsched_run_finished",
+                         condition=Q(finished_at__isnull=False)),
+            # One index serves both lookups and prefix search of the key (admin);
+            # on PostgreSQL a plain db_index would create two.
+            models.Index(fields=["idempotency_key"], name="distsched_run_idem",
+                         opclasses=["varchar_pattern_ops"]),
         ]
 
     def __str__(self) -> str:
