@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 
 from ..conf import conf
 from ..models import ACTIVE_STATES, EventType, Origin, Overlap, Run, RunState, Schedule
@@ -41,22 +42,30 @@ def tick(*, now: datetime, batch_size: int | None = None) -> list[NewRun]:
     """Create the runs of every due schedule; returns what was created."""
     size = batch_size or conf.TICK_BATCH_SIZE
     created: list[NewRun] = []
+    after: tuple[datetime, int] | None = None
     while True:
-        runs, seen = _tick_batch(now, size)
+        runs, seen, after = _tick_batch(now, size, after)
         created.extend(runs)
         if seen < size:
             return created
 
 
-def _tick_batch(now: datetime, size: int) -> tuple[list[NewRun], int]:
+def _tick_batch(
+    now: datetime, size: int, after: tuple[datetime, int] | None
+) -> tuple[list[NewRun], int, tuple[datetime, int] | None]:
     with transaction.atomic():
         # Only what the recurrence needs: payloads are copied row to row in SQL.
         qs = Schedule.objects.due(now).order_by("next_run_at", "id").only(*TICK_FIELDS)
+        if after is not None:
+            # Keyset continuation: start the index scan after the previous batch
+            # instead of walking again over the entries it just updated.
+            qs = qs.filter(Q(next_run_at__gt=after[0]) | Q(next_run_at=after[0], id__gt=after[1]))
         if connection.features.has_select_for_update_skip_locked:
             qs = qs.select_for_update(skip_locked=True)
         schedules = list(qs[:size])
         if not schedules:
-            return [], 0
+            return [], 0, after
+        last = (schedules[-1].next_run_at, schedules[-1].pk)
         busy = _schedules_with_active_runs([s.pk for s in schedules if s.overlap == Overlap.SKIP])
         new_runs: list[NewRun] = []
         by_schedule: dict[int, Schedule] = {}
@@ -92,7 +101,7 @@ def _tick_batch(now: datetime, size: int) -> tuple[list[NewRun], int]:
         for run in inserted:
             logger.debug("run created", extra={"distsched": {
                 "run_id": run.run_id, "schedule": run.schedule_name, "task": run.task_name, "state": run.state}})
-    return inserted, len(schedules)
+    return inserted, len(schedules), last
 
 
 def _schedules_with_active_runs(schedule_ids: list[int]) -> set[int]:
