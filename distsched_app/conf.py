@@ -27,7 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_CLOCK_SKEW_SECONDS": 2,
     "METRICS_PUBLIC": False,
     "LOG_FORMAT": "text",
-    "TICK_BATCH_SIZE": 1000,
+    "TICK_BATCH_SIZE": 5000,
     "PREFETCH": 32,
 }
 
