@@ -130,7 +130,7 @@ def read_snapshot(now: datetime) -> Snapshot:
                 .order_by().values("event_type").annotate(n=Count("created_at"), recent=Count("created_at")))
     events: dict[str, int] = {}
     recent_events: dict[str, int] = {}
-    for row in rare.union(frequent, all=True):
+    for row in rare.union(frequent, all=True).order_by():  # no Meta.ordering on a union of groups
         events[row["event_type"]] = row["n"]
         recent_events[row["event_type"]] = row["recent"]
     live_workers = [
