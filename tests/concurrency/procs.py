@@ -69,3 +69,16 @@ def finish(procs: list[subprocess.Popen], timeout: float) -> list[tuple[int, str
             stdout, stderr = p.communicate()
         out.append((p.returncode, stdout, stderr))
     return out
+
+
+class LoggedProcesses:
+    """Start ``manage.py`` children whose output goes to one log file each (read on failure)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.logs: dict[str, Path] = {}
+
+    def spawn(self, name: str, *args: str) -> subprocess.Popen:
+        self.logs[name] = self.directory / f"{name}.log"
+        with self.logs[name].open("w") as log:
+            return manage(*args, stdout=log, stderr=subprocess.STDOUT)

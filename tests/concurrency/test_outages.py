@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import random
 import signal
-import subprocess
 import time
 from datetime import timedelta
 
@@ -24,7 +23,7 @@ from distsched_app import worker as worker_module
 from distsched_app.clock import system_clock
 from distsched_app.models import TERMINAL_STATES, EventType, Run, RunEvent, RunState, Worker
 from distsched_app.services import schedules as schedule_service
-from tests.concurrency.procs import finish, manage, wait_for
+from tests.concurrency.procs import LoggedProcesses, finish, wait_for
 from tests.conftest import T0
 from tests.testapp import tasks as test_tasks
 
@@ -59,12 +58,8 @@ def test_workers_survive_repeated_backend_terminations(scheduler, clock, tmp_pat
     # Something for the ticker to do during the outage too.
     schedule_service.create_schedule(name="ticking", task_name="tests.noop", interval_seconds=1,
                                      now=system_clock.now())
-    logs = {}
-
-    def spawn(name, *args):
-        logs[name] = tmp_path / f"{name}.log"
-        with logs[name].open("w") as log:
-            return manage(*args, stdout=log, stderr=subprocess.STDOUT)
+    children = LoggedProcesses(tmp_path)
+    spawn, logs = children.spawn, children.logs
 
     procs = {f"w{i}": spawn(f"w{i}", "runworker", f"--worker-id=w{i}", "--lease-seconds=2",
                             "--heartbeat-seconds=0.5", "--poll-interval=0.05") for i in range(3)}

@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 
 from distsched_app.models import TERMINAL_STATES, Run, RunState, Schedule
-from tests.concurrency.procs import ROOT, child_env, finish, manage, wait_for
+from tests.concurrency.procs import ROOT, LoggedProcesses, child_env, finish, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -49,12 +49,8 @@ CREATOR = textwrap.dedent(f"""
 def test_four_workers_two_tickers_and_a_writer_share_one_sqlite_file(tmp_path):
     if connection.vendor != "sqlite":
         pytest.skip("SQLite-only")
-    logs = {}
-
-    def spawn(name, *args):
-        logs[name] = tmp_path / f"{name}.log"
-        with logs[name].open("w") as log:
-            return manage(*args, stdout=log, stderr=subprocess.STDOUT)
+    children = LoggedProcesses(tmp_path)
+    spawn, logs = children.spawn, children.logs
 
     procs = {f"w{i}": spawn(f"w{i}", "runworker", f"--worker-id=w{i}", "--poll-interval=0.05",
                             "--heartbeat-seconds=0.5", "--lease-seconds=5") for i in range(4)}
