@@ -158,23 +158,23 @@ def _insert_chunk(runs: list[NewRun], schedules: dict[int, Schedule], now: datet
         f"INSERT INTO {table} ({', '.join(RUN_COLUMNS)}) "
         "SELECT u.sid, s.task_name, s.args, s.kwargs, u.state, u.slot, u.slot, 0, s.max_attempts, '', NULL, NULL, "
         "u.fin, '', NULL, s.queue, %s, u.key, false, %s, %s FROM {source} "
-        f"JOIN {schedule_table} s ON s.id = u.sid RETURNING id, schedule_id, scheduled_for"
+        f"JOIN {schedule_table} s ON s.id = u.sid ORDER BY u.ord RETURNING id, schedule_id, scheduled_for"
     )
     keys = [f"{run.schedule_name}:{run.scheduled_for.isoformat()}" for run in runs]
     finished = [now if run.state == RunState.SKIPPED else None for run in runs]
     if connection.vendor == "postgresql":
         # One array per column, bound on the server: 5 parameters, not 5 per run.
         source = ("unnest(%b::bigint[], %b::text[], %b::timestamptz[], %b::timestamptz[], %b::text[]) "
-                  "AS u(sid, state, slot, fin, key)")
+                  "WITH ORDINALITY AS u(sid, state, slot, fin, key, ord)")
         params = [[r.schedule_id for r in runs], [r.state for r in runs], [r.scheduled_for for r in runs],
                   finished, keys]
         returned = pgarrays.execute(select.format(source=source), [Origin.SCHEDULE.value, now, now, *params])
     else:
         adapt = connection.ops.adapt_datetimefield_value
-        source = ("(SELECT column1 AS sid, column2 AS state, column3 AS slot, column4 AS fin, column5 AS key "
-                  f"FROM (VALUES {', '.join(['(%s, %s, %s, %s, %s)'] * len(runs))})) AS u")
-        params = [v for run, fin, key in zip(runs, finished, keys, strict=True)
-                  for v in (run.schedule_id, run.state, adapt(run.scheduled_for), adapt(fin), key)]
+        source = ("(SELECT column1 AS sid, column2 AS state, column3 AS slot, column4 AS fin, column5 AS key, "
+                  f"column6 AS ord FROM (VALUES {', '.join(['(%s, %s, %s, %s, %s, %s)'] * len(runs))})) AS u")
+        params = [v for ord_, (run, fin, key) in enumerate(zip(runs, finished, keys, strict=True))
+                  for v in (run.schedule_id, run.state, adapt(run.scheduled_for), adapt(fin), key, ord_)]
         with connection.cursor() as cursor:
             cursor.execute(select.format(source=source), [Origin.SCHEDULE.value, adapt(now), adapt(now), *params])
             returned = cursor.fetchall()

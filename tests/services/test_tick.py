@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 
 from distsched_app.models import EventType, Run, RunEvent, RunState, Schedule
 from tests.conftest import T0
@@ -167,3 +168,27 @@ def test_cron_schedule_ticks_on_its_slots(scheduler, clock):
     [run] = scheduler.tick()  # catch-up one: most recent slot 09:30
     assert run.scheduled_for == T0 + timedelta(minutes=30)
     assert Schedule.objects.get(name="c").next_run_at == T0 + timedelta(minutes=45)
+
+
+@pytest.mark.parametrize("planner", ["default", "hash-join"])
+def test_run_ids_follow_the_ticks_slot_order(scheduler, clock, planner):
+    """Runs are claimed by (available_at, id): equal-time runs must get ids in
+    slot order whatever join the database picks for the insert (a hash join
+    over the schedule table returns rows in their order on disk)."""
+    for i in range(60):
+        scheduler.create_schedule(name=f"o{i:02d}", task_name="tests.noop", interval_seconds=3600)
+    for i in range(240):
+        scheduler.create_schedule(name=f"p{i:03d}", task_name="tests.noop", interval_seconds=3600, paused=True)
+    # Slots in the reverse order of creation (and of the rows on disk), three per slot.
+    for i, schedule in enumerate(Schedule.objects.filter(paused=False).order_by("id")):
+        Schedule.objects.filter(pk=schedule.pk).update(next_run_at=T0 - timedelta(seconds=i // 3))
+    if planner == "hash-join":
+        if connection.vendor != "postgresql":
+            pytest.skip("PostgreSQL-only: planner settings")
+        with connection.cursor() as cursor:  # SET LOCAL is undone by the test's rollback
+            cursor.execute(f"ANALYZE {Schedule._meta.db_table}")
+            cursor.execute("SET LOCAL enable_nestloop = off")
+            cursor.execute("SET LOCAL enable_mergejoin = off")
+    assert len(scheduler.tick()) == 60
+    by_id = list(Run.objects.order_by("id").values_list("scheduled_for", "schedule_id"))
+    assert by_id == sorted(by_id)

@@ -89,13 +89,18 @@ def _misbehave_then_noop(scheduler, func, misbehaving, **options) -> tuple[Run, 
     options.setdefault("max_attempts", 1)
     scheduler.create_schedule(name="a-bad", task_name="tests.misbehaving", interval_seconds=3600, **options)
     scheduler.create_schedule(name="b-good", task_name="tests.noop", interval_seconds=3600)
-    bad, good = sorted(scheduler.tick(), key=lambda r: r.pk)
+    scheduler.tick()
+    bad = Run.objects.get(schedule__name="a-bad")
+    good = Run.objects.get(schedule__name="b-good")
     worker = scheduler.worker(worker_id="w1", lease_seconds=30, heartbeat_seconds=3600)
     # The worker serves both runs in one burst: the first one does not stop it.
     assert worker.run(burst=True, install_signals=False) == 2
     bad.refresh_from_db()
     good.refresh_from_db()
     assert good.state == RunState.SUCCEEDED, "the worker stopped serving after a misbehaving task"
+    started = RunEvent.objects.filter(event_type=EventType.STARTED).order_by("id")
+    started = list(started.values_list("run_id", flat=True))
+    assert started == [bad.pk, good.pk], "the misbehaving run was not the one executed first"
     return bad, good
 
 
