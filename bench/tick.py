@@ -141,8 +141,9 @@ def bench_idle(args) -> dict:
 
 
 def captured(fn) -> tuple[int, float, list[dict]]:
-    """Statements issued, share of wall time spent executing them, and the costliest
-    statement shapes (first 70 characters), for one untimed call."""
+    """Statements issued, share of wall time spent executing them (Django's cursor
+    and the server-side-binding ones), and the costliest statement shapes (first
+    70 characters), for one untimed call."""
     from django.db import connection
 
     spent: dict[str, list[float]] = {}
@@ -154,10 +155,22 @@ def captured(fn) -> tuple[int, float, list[dict]]:
         finally:
             spent.setdefault(" ".join(sql.split())[:70], []).append(time.perf_counter() - start)
 
-    with connection.execute_wrapper(timer):
-        start = time.perf_counter()
-        fn()
-        elapsed = time.perf_counter() - start
+    # PostgreSQL's bulk statements bypass Django's cursor (services/pgarrays.py): time them too.
+    from distsched_app.services import pgarrays
+
+    pg_execute = pgarrays.execute
+
+    def timed_pg_execute(sql, params):
+        return timer(lambda s, p, m, ctx: pg_execute(s, p), sql, params, False, None)
+
+    pgarrays.execute = timed_pg_execute
+    try:
+        with connection.execute_wrapper(timer):
+            start = time.perf_counter()
+            fn()
+            elapsed = time.perf_counter() - start
+    finally:
+        pgarrays.execute = pg_execute
     total = sum(sum(v) for v in spent.values())
     top = sorted(({"sql": k, "count": len(v), "ms": sum(v) * 1000} for k, v in spent.items()),
                  key=lambda d: -d["ms"])[:6]
