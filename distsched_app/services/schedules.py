@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import IntegrityError, connection, transaction
 
@@ -23,7 +23,17 @@ UPDATABLE_FIELDS = frozenset(
 )
 
 
-def recurrence_of(schedule: Schedule) -> Recurrence:
+class RecurrenceFields(Protocol):
+    """What ``recurrence_of`` reads: a Schedule, or the tick's lighter row."""
+
+    kind: str
+    interval_seconds: int | None
+    cron: str
+    timezone: str
+    run_at: datetime | None
+
+
+def recurrence_of(schedule: RecurrenceFields) -> Recurrence:
     return Recurrence(
         kind=schedule.kind,
         interval_seconds=schedule.interval_seconds,

@@ -38,6 +38,24 @@ class NewRun:
     run_id: int | None = None
 
 
+@dataclass(slots=True)
+class DueSchedule:
+    """The columns of a due schedule that the tick reads: a plain row, because
+    building 10,000 model instances was a fifth of a big tick's time."""
+
+    pk: int
+    name: str
+    task_name: str
+    kind: str
+    interval_seconds: int | None
+    cron: str
+    timezone: str
+    run_at: datetime | None
+    next_run_at: datetime | None
+    catch_up: str
+    overlap: str
+
+
 def tick(*, now: datetime, batch_size: int | None = None) -> list[NewRun]:
     """Create the runs of every due schedule; returns what was created."""
     size = batch_size or conf.TICK_BATCH_SIZE
@@ -55,20 +73,20 @@ def _tick_batch(
 ) -> tuple[list[NewRun], int, tuple[datetime, int] | None]:
     with transaction.atomic():
         # Only what the recurrence needs: payloads are copied row to row in SQL.
-        qs = Schedule.objects.due(now).order_by("next_run_at", "id").only(*TICK_FIELDS)
+        qs = Schedule.objects.due(now).order_by("next_run_at", "id")
         if after is not None:
             # Keyset continuation: start the index scan after the previous batch
             # instead of walking again over the entries it just updated.
             qs = qs.filter(Q(next_run_at__gt=after[0]) | Q(next_run_at=after[0], id__gt=after[1]))
         if connection.features.has_select_for_update_skip_locked:
             qs = qs.select_for_update(skip_locked=True)
-        schedules = list(qs[:size])
+        schedules = [DueSchedule(*row) for row in qs.values_list(*TICK_FIELDS)[:size]]
         if not schedules:
             return [], 0, after
         last = (schedules[-1].next_run_at, schedules[-1].pk)
         busy = _schedules_with_active_runs([s.pk for s in schedules if s.overlap == Overlap.SKIP])
         new_runs: list[NewRun] = []
-        by_schedule: dict[int, Schedule] = {}
+        by_schedule: dict[int, DueSchedule] = {}
         for schedule in schedules:
             by_schedule[schedule.pk] = schedule
             plan = plan_catch_up(
@@ -114,8 +132,9 @@ def _schedules_with_active_runs(schedule_ids: list[int]) -> set[int]:
     )
 
 
+# The columns of DueSchedule, in its field order.
 TICK_FIELDS = ("id", "name", "task_name", "kind", "interval_seconds", "cron", "timezone", "run_at", "next_run_at",
-               "catch_up", "overlap", "paused")
+               "catch_up", "overlap")
 INSERT_CHUNK = 500
 RUN_COLUMNS = (
     "schedule_id", "task_name", "args", "kwargs", "state", "scheduled_for", "available_at", "attempts",
@@ -124,13 +143,16 @@ RUN_COLUMNS = (
 )
 
 
-def _insert(runs: list[NewRun], schedules: dict[int, Schedule], now: datetime) -> list[NewRun]:
+def _insert(runs: list[NewRun], schedules: dict[int, DueSchedule], now: datetime) -> list[NewRun]:
     if not runs:
         return []
     try:
+        # PostgreSQL binds whole arrays, so one statement per batch; SQLite
+        # binds a parameter per value and stays under its variable limit.
+        chunk = len(runs) if connection.vendor == "postgresql" else INSERT_CHUNK
         with transaction.atomic():
-            for start in range(0, len(runs), INSERT_CHUNK):
-                _insert_chunk(runs[start:start + INSERT_CHUNK], schedules, now)
+            for start in range(0, len(runs), chunk):
+                _insert_chunk(runs[start:start + chunk], schedules, now)
             return runs
     except IntegrityError:
         # Only reachable if a slot already has a run (e.g. next_run_at was
@@ -147,7 +169,7 @@ def _insert(runs: list[NewRun], schedules: dict[int, Schedule], now: datetime) -
         return inserted
 
 
-def _insert_chunk(runs: list[NewRun], schedules: dict[int, Schedule], now: datetime) -> None:
+def _insert_chunk(runs: list[NewRun], schedules: dict[int, DueSchedule], now: datetime) -> None:
     """INSERT ... SELECT ... RETURNING: the tick's hot path, written as SQL because
     building model instances for ``bulk_create`` cost more than the statement.
     Payload, attempts budget and queue are copied from the schedule row by the
@@ -191,7 +213,7 @@ def _aware(value: datetime | str) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
 
 
-def _set_next_run_at(schedules: list[Schedule]) -> None:
+def _set_next_run_at(schedules: list[DueSchedule]) -> None:
     """One UPDATE ... FROM (VALUES ...) per chunk instead of a CASE per row."""
     table = connection.ops.quote_name(Schedule._meta.db_table)
     if connection.vendor == "postgresql":

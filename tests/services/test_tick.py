@@ -192,3 +192,28 @@ def test_run_ids_follow_the_ticks_slot_order(scheduler, clock, planner):
     assert len(scheduler.tick()) == 60
     by_id = list(Run.objects.order_by("id").values_list("scheduled_for", "schedule_id"))
     assert by_id == sorted(by_id)
+
+
+def test_due_schedule_row_matches_the_selected_columns():
+    """The tick builds DueSchedule(*row) from values_list(*TICK_FIELDS): the two must line up."""
+    from dataclasses import fields
+
+    from distsched_app.services.tick import TICK_FIELDS, DueSchedule
+
+    names = tuple("id" if f.name == "pk" else f.name for f in fields(DueSchedule))
+    assert names == TICK_FIELDS
+    model_fields = {f.name for f in Schedule._meta.get_fields()} | {"id"}
+    assert set(TICK_FIELDS) <= model_fields
+
+
+def test_tick_inserts_more_runs_than_one_insert_chunk(scheduler, clock, monkeypatch):
+    """SQLite splits a batch's insert into chunks (its bound-variable limit); none is lost or doubled."""
+    from distsched_app.services import tick as tick_module
+
+    monkeypatch.setattr(tick_module, "INSERT_CHUNK", 4)
+    for i in range(10):
+        scheduler.create_schedule(name=f"k{i}", task_name="tests.noop", interval_seconds=60)
+    created = scheduler.tick()
+    assert len(created) == 10
+    assert sorted(r.pk for r in created) == list(Run.objects.order_by("id").values_list("id", flat=True))
+    assert RunEvent.objects.filter(event_type=EventType.CREATED).count() == 10
