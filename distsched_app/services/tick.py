@@ -10,7 +10,7 @@ makes a duplicate generated run impossible rather than unlikely.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 
 from django.db import IntegrityError, connection, transaction
@@ -43,7 +43,7 @@ class DueSchedule:
     """The columns of a due schedule that the tick reads: a plain row, because
     building 10,000 model instances was a fifth of a big tick's time."""
 
-    pk: int
+    id: int
     name: str
     task_name: str
     kind: str
@@ -83,12 +83,10 @@ def _tick_batch(
         schedules = [DueSchedule(*row) for row in qs.values_list(*TICK_FIELDS)[:size]]
         if not schedules:
             return [], 0, after
-        last = (schedules[-1].next_run_at, schedules[-1].pk)
-        busy = _schedules_with_active_runs([s.pk for s in schedules if s.overlap == Overlap.SKIP])
+        last = (schedules[-1].next_run_at, schedules[-1].id)
+        busy = _schedules_with_active_runs([s.id for s in schedules if s.overlap == Overlap.SKIP])
         new_runs: list[NewRun] = []
-        by_schedule: dict[int, DueSchedule] = {}
         for schedule in schedules:
-            by_schedule[schedule.pk] = schedule
             plan = plan_catch_up(
                 recurrence_of(schedule),
                 next_run_at=schedule.next_run_at,
@@ -98,19 +96,19 @@ def _tick_batch(
                 misfire_grace_seconds=conf.MISFIRE_GRACE_SECONDS,
             )
             for index, slot in enumerate(plan.slots):
-                skip = schedule.overlap == Overlap.SKIP and schedule.pk in busy
+                skip = schedule.overlap == Overlap.SKIP and schedule.id in busy
                 note = (f"catch-up={schedule.catch_up}: {plan.dropped} missed slot(s) not run"
                         if index == 0 and plan.dropped else "")
                 new_runs.append(NewRun(
-                    schedule_id=schedule.pk, schedule_name=schedule.name, task_name=schedule.task_name,
+                    schedule_id=schedule.id, schedule_name=schedule.name, task_name=schedule.task_name,
                     scheduled_for=slot, state=RunState.SKIPPED if skip else RunState.PENDING, note=note,
                 ))
                 if schedule.overlap == Overlap.SKIP:
-                    busy.add(schedule.pk)
+                    busy.add(schedule.id)
             if plan.next_run_at is not None and plan.next_run_at <= now:
                 raise RuntimeError(f"recurrence did not advance past now for {schedule.name!r}")
             schedule.next_run_at = plan.next_run_at
-        inserted = _insert(new_runs, by_schedule, now)
+        inserted = _insert(new_runs, now)
         events.record_many(_creation_events(inserted, now))
         _set_next_run_at(schedules)
     if inserted:
@@ -132,9 +130,7 @@ def _schedules_with_active_runs(schedule_ids: list[int]) -> set[int]:
     )
 
 
-# The columns of DueSchedule, in its field order.
-TICK_FIELDS = ("id", "name", "task_name", "kind", "interval_seconds", "cron", "timezone", "run_at", "next_run_at",
-               "catch_up", "overlap")
+TICK_FIELDS = tuple(field.name for field in fields(DueSchedule))
 INSERT_CHUNK = 500
 RUN_COLUMNS = (
     "schedule_id", "task_name", "args", "kwargs", "state", "scheduled_for", "available_at", "attempts",
@@ -143,7 +139,7 @@ RUN_COLUMNS = (
 )
 
 
-def _insert(runs: list[NewRun], schedules: dict[int, DueSchedule], now: datetime) -> list[NewRun]:
+def _insert(runs: list[NewRun], now: datetime) -> list[NewRun]:
     if not runs:
         return []
     try:
@@ -152,7 +148,7 @@ def _insert(runs: list[NewRun], schedules: dict[int, DueSchedule], now: datetime
         chunk = len(runs) if connection.vendor == "postgresql" else INSERT_CHUNK
         with transaction.atomic():
             for start in range(0, len(runs), chunk):
-                _insert_chunk(runs[start:start + chunk], schedules, now)
+                _insert_chunk(runs[start:start + chunk], now)
             return runs
     except IntegrityError:
         # Only reachable if a slot already has a run (e.g. next_run_at was
@@ -161,7 +157,7 @@ def _insert(runs: list[NewRun], schedules: dict[int, DueSchedule], now: datetime
         for run in runs:
             try:
                 with transaction.atomic():
-                    _insert_chunk([run], schedules, now)
+                    _insert_chunk([run], now)
                 inserted.append(run)
             except IntegrityError:
                 logger.warning("slot already has a run", extra={"distsched": {
@@ -169,7 +165,7 @@ def _insert(runs: list[NewRun], schedules: dict[int, DueSchedule], now: datetime
         return inserted
 
 
-def _insert_chunk(runs: list[NewRun], schedules: dict[int, DueSchedule], now: datetime) -> None:
+def _insert_chunk(runs: list[NewRun], now: datetime) -> None:
     """INSERT ... SELECT ... RETURNING: the tick's hot path, written as SQL because
     building model instances for ``bulk_create`` cost more than the statement.
     Payload, attempts budget and queue are copied from the schedule row by the
@@ -220,14 +216,14 @@ def _set_next_run_at(schedules: list[DueSchedule]) -> None:
         pgarrays.execute(
             f"UPDATE {table} SET next_run_at = u.at FROM unnest(%b::bigint[], %b::timestamptz[]) AS u(id, at) "
             f"WHERE {table}.id = u.id",
-            [[s.pk for s in schedules], [s.next_run_at for s in schedules]],
+            [[s.id for s in schedules], [s.next_run_at for s in schedules]],
         )
         return
     adapt_dt = connection.ops.adapt_datetimefield_value
     for start in range(0, len(schedules), INSERT_CHUNK):
         chunk = schedules[start:start + INSERT_CHUNK]
         values = ", ".join(["(%s, %s)"] * len(chunk))
-        params = [v for s in chunk for v in (s.pk, adapt_dt(s.next_run_at))]
+        params = [v for s in chunk for v in (s.id, adapt_dt(s.next_run_at))]
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {table} SET next_run_at = v.column2 FROM (VALUES {values}) AS v "
