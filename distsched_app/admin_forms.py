@@ -20,6 +20,7 @@ from .models import Schedule
 from .registry import registry
 from .services.schedules import UPDATABLE_FIELDS
 from .services.validation import validate_name, validate_schedule_fields
+from .text import storable
 
 FORM_FIELDS = [
     "name", "task_name", "args", "kwargs",
@@ -29,6 +30,14 @@ FORM_FIELDS = [
 ]
 
 
+class StorableJSONFormField(forms.JSONField):
+    """Re-displays what the operator typed (even text the service refused) so it renders as UTF-8."""
+
+    def prepare_value(self, value: Any) -> Any:
+        prepared = super().prepare_value(value)
+        return storable(prepared) if isinstance(prepared, str) else prepared
+
+
 class ScheduleAdminForm(forms.ModelForm):
     # The request's clock reading; ScheduleAdmin.get_form sets it on the form class it returns.
     now: datetime | None = None
@@ -36,6 +45,7 @@ class ScheduleAdminForm(forms.ModelForm):
     class Meta:
         model = Schedule
         fields = FORM_FIELDS
+        field_classes = {"args": StorableJSONFormField, "kwargs": StorableJSONFormField}
         help_texts = {
             "name": "A slug: letters, digits, '-' and '_'. Cannot be changed later.",
             "kind": "Optional: inferred from which of interval / cron / run at you fill in (fill exactly one).",

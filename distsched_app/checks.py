@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from django.conf import settings
-from django.core.checks import Warning, register
+import math
 
-from .conf import DEFAULTS
+from django.conf import settings
+from django.core.checks import Error, Warning, register
+
+from .conf import CHOICES, DEFAULTS, RANGES
 
 
 @register()
@@ -15,6 +17,7 @@ def check_distsched_settings(app_configs, **kwargs):  # noqa: ANN001, ANN201 - D
     for key in user:
         if key not in DEFAULTS:
             problems.append(Warning(f"Unknown DISTSCHED setting {key!r}.", id="distsched.W001"))
+    problems.extend(value_errors(user))
     problems.extend(sqlite_mode_warnings(settings.DATABASES))
     lease = user.get("LEASE_SECONDS", DEFAULTS["LEASE_SECONDS"])
     beat = user.get("HEARTBEAT_SECONDS", DEFAULTS["HEARTBEAT_SECONDS"])
@@ -38,4 +41,27 @@ def sqlite_mode_warnings(databases: dict) -> list[Warning]:
                     hint="Concurrent workers then fail with 'database is locked' on lock upgrade.",
                     id="distsched.W002",
                 ))
+    return problems
+
+
+def value_errors(user: dict) -> list[Error]:
+    """A numeric setting out of its range, or a choice not offered: refused before any process starts."""
+    problems = []
+    for key, (kind, low, high) in RANGES.items():
+        if key not in user:
+            continue
+        value = user[key]
+        try:
+            number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+        except OverflowError:
+            number = math.inf
+        fits = math.isfinite(number) and low <= number <= high and (kind is float or number.is_integer())
+        if not fits:
+            what = "a whole number" if kind is int else "a number"
+            problems.append(Error(f"DISTSCHED[{key!r}] must be {what} from {low:g} to {high:g}, not {value!r}.",
+                                  id="distsched.E001"))
+    for key, allowed in CHOICES.items():
+        if key in user and user[key] not in allowed:
+            problems.append(Error(f"DISTSCHED[{key!r}] must be one of {', '.join(map(repr, allowed))}, "
+                                  f"not {user[key]!r}.", id="distsched.E002"))
     return problems

@@ -58,3 +58,9 @@ class FakeClock:
 
 
 system_clock = SystemClock()
+
+
+def iso_utc(moment: datetime) -> str:
+    """The one text form of an instant: ISO 8601 in UTC with ``Z`` (``2026-03-02T09:00:00Z``),
+    as the REST API writes it, so API, CLI ``--json``, stats and messages agree."""
+    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")

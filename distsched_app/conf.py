@@ -32,6 +32,32 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+# The range each numeric setting must fall in (``checks`` refuses others); the worker
+# applies the same bounds to its own options.
+RANGES: dict[str, tuple[type, float, float]] = {
+    "LEASE_SECONDS": (float, 0.001, 86400),
+    "HEARTBEAT_SECONDS": (float, 0.001, 3600),
+    "STALE_AFTER_SECONDS": (float, 0.001, 30 * 86400),
+    "POLL_INTERVAL": (float, 0.001, 3600),
+    "RETRY_BASE_SECONDS": (float, 0, 30 * 86400),
+    "RETRY_MAX_SECONDS": (float, 0, 365 * 86400),
+    "MAX_ATTEMPTS": (int, 1, 1000),
+    "MAX_CATCH_UP": (int, 1, 100_000),
+    "MISFIRE_GRACE_SECONDS": (float, 0, 365 * 86400),
+    "MAX_PAYLOAD_BYTES": (int, 2, 100 * 1024 * 1024),
+    "MAX_PAYLOAD_DEPTH": (int, 1, 1000),
+    "MAX_ERROR_CHARS": (int, 200, 10_000_000),
+    "MAX_CLOCK_SKEW_SECONDS": (float, 0, 3600),
+    "TICK_BATCH_SIZE": (int, 1, 100_000),
+    "PREFETCH": (int, 1, 1000),
+}
+CHOICES: dict[str, tuple[object, ...]] = {
+    "CATCH_UP": ("skip", "one", "all"),
+    "LOG_FORMAT": ("text", "json"),
+    "METRICS_PUBLIC": (True, False),
+}
+
+
 class _Conf:
     """Attribute access to DISTSCHED with defaults: ``conf.LEASE_SECONDS``."""
 

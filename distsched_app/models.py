@@ -7,9 +7,34 @@ use (``due``, ``claimable``, ``stale``). Transitions live in ``services``.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import models
 from django.db.models import Q
+
+from .text import StorableJSONDecoder
+
+
+class StorableJSONField(models.JSONField):
+    """A JSONField whose decoded values hold only storable text (``text.StorableJSONDecoder``),
+    so a row written before that rule renders everywhere without failing.
+
+    Migrations see a plain ``JSONField``: decoding is not part of the schema, and a
+    changed field class would make SQLite rebuild the runs table on migrate.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("decoder", StorableJSONDecoder)
+        super().__init__(*args, **kwargs)
+
+    def formfield(self, **kwargs: Any) -> Any:
+        # Form input is inbound data: decoded as written, so validation can refuse what is unstorable.
+        return super().formfield(**{"decoder": None, **kwargs})
+
+    def deconstruct(self) -> Any:
+        name, _, args, kwargs = super().deconstruct()
+        kwargs.pop("decoder", None)
+        return name, "django.db.models.JSONField", args, kwargs
 
 
 class ScheduleKind(models.TextChoices):
@@ -72,6 +97,7 @@ class EventType(models.TextChoices):
     LEASE_LOST = "lease_lost", "lease lost"
     SKIPPED = "skipped", "skipped"
     RELEASED = "released", "released"
+    RECORD_FAILED = "record_failed", "record failed"
 
 
 class ScheduleQuerySet(models.QuerySet):
@@ -87,8 +113,8 @@ class ScheduleQuerySet(models.QuerySet):
 class Schedule(models.Model):
     name = models.SlugField(max_length=100, unique=True)
     task_name = models.CharField(max_length=200)
-    args = models.JSONField(default=list, blank=True)
-    kwargs = models.JSONField(default=dict, blank=True)
+    args = StorableJSONField(default=list, blank=True)
+    kwargs = StorableJSONField(default=dict, blank=True)
     kind = models.CharField(max_length=10, choices=ScheduleKind.choices)
     interval_seconds = models.PositiveIntegerField(null=True, blank=True)
     cron = models.CharField(max_length=200, blank=True, default="")
@@ -165,8 +191,8 @@ class Run(models.Model):
     # and every index costs a write per generated run.
     schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs", db_index=False)
     task_name = models.CharField(max_length=200)
-    args = models.JSONField(default=list, blank=True)
-    kwargs = models.JSONField(default=dict, blank=True)
+    args = StorableJSONField(default=list, blank=True)
+    kwargs = StorableJSONField(default=dict, blank=True)
     state = models.CharField(max_length=10, choices=RunState.choices, default=RunState.PENDING)
     # The slot this run stands for; never changes, so it keys the run's identity.
     scheduled_for = models.DateTimeField()
@@ -179,7 +205,7 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
-    result = models.JSONField(null=True, blank=True)
+    result = StorableJSONField(null=True, blank=True)
     queue = models.CharField(max_length=100, default="default")
     origin = models.CharField(max_length=10, choices=Origin.choices, default=Origin.SCHEDULE)
     idempotency_key = models.CharField(max_length=255)
@@ -249,7 +275,7 @@ class Worker(models.Model):
     worker_id = models.CharField(max_length=200, primary_key=True)
     hostname = models.CharField(max_length=255, blank=True, default="")
     pid = models.PositiveIntegerField(null=True, blank=True)
-    queues = models.JSONField(default=list, blank=True)
+    queues = StorableJSONField(default=list, blank=True)
     started_at = models.DateTimeField()
     heartbeat_at = models.DateTimeField()
     status = models.CharField(max_length=10, choices=WorkerStatus.choices, default=WorkerStatus.ACTIVE)

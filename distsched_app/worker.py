@@ -13,10 +13,8 @@ backoff: they never kill the worker.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import signal
 import socket
 import sys
@@ -34,14 +32,17 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
 
 from .clock import Clock, SystemClock, system_clock
-from .conf import conf
+from .conf import RANGES, conf
 from .context import RunContext
 from .errors import RunCancelled
 from .models import Run, RunState, WorkerStatus
 from .registry import TaskRegistry
 from .registry import registry as default_registry
 from .services import claiming, outcomes, workers
+from .services import runs as run_service
 from .services import tick as tick_service
+from .services.validation import bounded_float, bounded_int, validate_queue, validate_worker_id
+from .text import storable
 
 logger = logging.getLogger("distsched")
 
@@ -87,7 +88,9 @@ class _Attempt:
 
 
 def default_worker_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    # A hostname may hold anything and be up to 253 characters: keep the id storable and short.
+    host = storable(socket.gethostname()).replace(" ", "_")[:150] or "host"
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -107,33 +110,24 @@ def format_traceback(exc: BaseException) -> str:
         return f"<traceback unavailable for {type(exc).__name__}>"
 
 
-# A JSON "\u0000" escape not itself escaped: PostgreSQL jsonb cannot store it.
-_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+MAX_CONCURRENCY = 256
 
 
-def jsonable_result(value: Any) -> Any:
-    """Store what JSON can hold; otherwise a bounded repr, never a crash.
+def _option(value: float | None, setting: str, field: str) -> float:
+    """A worker option, or its setting's value, within the setting's range (``conf.RANGES``)."""
+    kind, low, high = RANGES[setting]
+    chosen = getattr(conf, setting) if value is None else value
+    if kind is int:
+        return bounded_int(chosen, field=field, low=int(low), high=int(high))
+    return bounded_float(chosen, field=field, low=low, high=high)
 
-    Returns decoded JSON (not the task's object), so the database write cannot
-    fail on it. A value that JSON cannot hold, that raises while serialised,
-    that contains NUL, or that is larger than MAX_PAYLOAD_BYTES is stored as a
-    bounded ``repr`` or a truncated encoding instead.
-    """
-    if value is None:
-        return None
-    try:
-        encoded = json.dumps(value, allow_nan=False)
-        if _JSON_NUL.search(encoded) is None:
-            if len(encoded) <= conf.MAX_PAYLOAD_BYTES:
-                return json.loads(encoded)
-            return {"truncated": encoded[:1000]}
-    except Exception:  # noqa: BLE001 - a hostile return value must not break the worker
-        pass
-    try:
-        text = repr(value)[:1000]
-    except Exception:  # noqa: BLE001
-        text = f"<unrepresentable {type(value).__name__}>"
-    return {"repr": text.replace("\x00", "\\x00")}
+
+class _NotRecorded(Exception):
+    """An outcome service failed for good; ``transient`` if the database stayed unreachable."""
+
+    def __init__(self, error: BaseException, *, transient: bool) -> None:
+        super().__init__(describe_exception(error))
+        self.transient = transient
 
 
 class Worker:
@@ -153,16 +147,15 @@ class Worker:
         clock: Clock | None = None,
         registry: TaskRegistry | None = None,
     ) -> None:
-        self.worker_id = worker_id or default_worker_id()
-        self.queues = list(queues) if queues else ["default"]
-        self.lease_seconds = float(lease_seconds if lease_seconds is not None else conf.LEASE_SECONDS)
-        self.poll_interval = float(poll_interval if poll_interval is not None else conf.POLL_INTERVAL)
-        self.heartbeat_seconds = float(
-            heartbeat_seconds if heartbeat_seconds is not None else conf.HEARTBEAT_SECONDS
-        )
+        # Checked here, with typed errors: a bad option must fail the start, not the loop.
+        self.worker_id = validate_worker_id(worker_id) if worker_id else default_worker_id()
+        self.queues = [validate_queue(q, field="queues") for q in queues] if queues else ["default"]
+        self.lease_seconds = _option(lease_seconds, "LEASE_SECONDS", "lease_seconds")
+        self.poll_interval = _option(poll_interval, "POLL_INTERVAL", "poll_interval")
+        self.heartbeat_seconds = _option(heartbeat_seconds, "HEARTBEAT_SECONDS", "heartbeat_seconds")
         self.with_tick = with_tick
-        self.prefetch = max(1, int(prefetch if prefetch is not None else conf.PREFETCH))
-        self.concurrency = max(1, int(concurrency))
+        self.prefetch = int(_option(prefetch, "PREFETCH", "prefetch"))
+        self.concurrency = bounded_int(concurrency, field="concurrency", low=1, high=MAX_CONCURRENCY)
         self.clock = clock or system_clock
         self.registry = registry or default_registry
         self.executed = 0
@@ -238,8 +231,15 @@ class Worker:
             self.register()
         if not held:
             return
-        renewal = outcomes.renew_leases(worker_id=self.worker_id, held=held, now=now,
-                                        lease_seconds=self.lease_seconds)
+        try:
+            renewal = outcomes.renew_leases(worker_id=self.worker_id, held=held, now=now,
+                                            lease_seconds=self.lease_seconds)
+        except Exception as exc:  # noqa: BLE001 - the next heartbeat tries again; expiry is the backstop
+            self._log(logging.WARNING, "could not renew leases", run_id=",".join(map(str, sorted(held))),
+                      error=describe_exception(exc))
+            if isinstance(exc, TRANSIENT_DB_ERRORS):
+                self._reset_connection()
+            return
         lost = set(held) - renewal.held
         with self._lock:
             for run_id in lost - self._lost:
@@ -248,8 +248,15 @@ class Worker:
             self._cancelled |= renewal.cancel_requested
         for attempt in executing:
             if not attempt.started_recorded and attempt.started_at is not None:
-                if outcomes.mark_running(run_id=attempt.run.pk, worker_id=self.worker_id,
-                                         attempt=attempt.run.attempts, started_at=attempt.started_at, now=now):
+                try:
+                    marked = outcomes.mark_running(run_id=attempt.run.pk, worker_id=self.worker_id,
+                                                   attempt=attempt.run.attempts, started_at=attempt.started_at,
+                                                   now=now)
+                except Exception as exc:  # noqa: BLE001 - the success or failure records the start anyway
+                    self._log(logging.WARNING, "could not mark run as running", run_id=attempt.run.pk,
+                              error=describe_exception(exc))
+                    marked = False
+                if marked:
                     attempt.started_recorded = True
 
     # -- one run -----------------------------------------------------------------
@@ -347,13 +354,18 @@ class Worker:
         run = attempt.run
         if attempt.failed:
             with self._record_lock:
-                state = self._record(
-                    outcomes.record_failure, run_id=run.pk, worker_id=self.worker_id, attempt=run.attempts,
-                    error=attempt.error, traceback_text=attempt.tb, cancelled=attempt.cancelled,
-                    started_at=attempt.started_at, record_started=not attempt.started_recorded,
-                )
+                try:
+                    state = self._record(
+                        outcomes.record_failure, runs={run.pk: run.attempts}, outcome="failed", run_id=run.pk,
+                        worker_id=self.worker_id, attempt=run.attempts, error=attempt.error,
+                        traceback_text=attempt.tb, cancelled=attempt.cancelled, started_at=attempt.started_at,
+                        record_started=not attempt.started_recorded,
+                    )
+                    label = state or "lease_lost"
+                except _NotRecorded:
+                    state, label = None, "unrecorded"
                 self._release_hold(run.pk)
-            self._log_finished(attempt, state)
+            self._log_finished(attempt, state, label)
             return Execution(run_id=run.pk, attempt=run.attempts, state=state, duration=attempt.duration,
                              error=attempt.error)
         with self._lock:
@@ -367,8 +379,9 @@ class Worker:
         return Execution(run_id=run.pk, attempt=run.attempts, state=state, duration=attempt.duration)
 
     def flush(self) -> set[int] | None:
-        """Record buffered successes in one transaction. Returns the lost run ids
-        (None if the database could not be reached: lease expiry will recover them)."""
+        """Record buffered successes in one transaction. Returns the ids not recorded as
+        succeeded (lease lost, or not recordable: lease expiry recovers those), or None
+        if the database could not be reached at all."""
         with self._lock:
             pending, self._pending_successes = self._pending_successes, []
             cancelled = set(self._cancelled)
@@ -377,17 +390,50 @@ class Worker:
         successes = [
             outcomes.Success(
                 run_id=a.run.pk, attempt=a.run.attempts, started_at=a.started_at, finished_at=a.finished_at,
-                result=jsonable_result(a.result), record_started=not a.started_recorded,
+                result=a.result, record_started=not a.started_recorded,
                 note="returned normally after a cancel request" if a.run.pk in cancelled else "",
             )
             for a in pending
         ]
+        unrecorded: set[int] = set()
         with self._record_lock:
-            lost = self._record(outcomes.record_successes, worker_id=self.worker_id, successes=successes)
+            try:
+                lost = self._record_successes(successes)
+            except _NotRecorded:
+                lost = None
+            else:
+                unrecorded = {s.run_id for s in successes} - lost if lost is not None else set()
             for a in pending:
                 self._release_hold(a.run.pk)
         for a in pending:
-            self._log_finished(a, None if lost is None or a.run.pk in lost else RunState.SUCCEEDED.value)
+            if lost is None or a.run.pk in lost:
+                label = "unrecorded" if lost is None or a.run.pk in unrecorded else "lease_lost"
+                self._log_finished(a, None, label)
+            else:
+                self._log_finished(a, RunState.SUCCEEDED.value)
+        return lost
+
+    def _record_successes(self, successes: list[outcomes.Success]) -> set[int]:
+        """The batch in one transaction; if it cannot be recorded for a reason other than an
+        unreachable database, one transaction per run, so one bad success does not cost the others.
+
+        Returns the ids not recorded as succeeded: a run whose lease was lost is in it, and so
+        is one that could not be recorded (it gets a ``record_failed`` note where possible).
+        """
+        held = {s.run_id: s.attempt for s in successes}
+        try:
+            return self._record(outcomes.record_successes, runs=held, outcome="succeeded",
+                                worker_id=self.worker_id, successes=successes, note_failure=len(successes) == 1)
+        except _NotRecorded as exc:
+            if exc.transient or len(successes) == 1:
+                raise
+        lost: set[int] = set()
+        for success in successes:
+            try:
+                lost |= self._record(outcomes.record_successes, runs={success.run_id: success.attempt},
+                                     outcome="succeeded", worker_id=self.worker_id, successes=[success])
+            except _NotRecorded:
+                lost.add(success.run_id)
         return lost
 
     def _flush_due(self) -> bool:
@@ -405,7 +451,11 @@ class Worker:
         held = {a.run.pk: a.run.attempts for a in attempts}
         if held:
             with self._record_lock:
-                self._record(outcomes.release_runs, worker_id=self.worker_id, held=held)
+                try:
+                    self._record(outcomes.release_runs, runs=held, outcome="released", note_failure=False,
+                                 worker_id=self.worker_id, held=held)
+                except _NotRecorded:
+                    pass  # still leased to us: lease expiry hands them to another worker
                 for run_id in held:
                     self._release_hold(run_id)
 
@@ -420,8 +470,8 @@ class Worker:
             if time.monotonic() - last_check[0] >= 1.0:
                 last_check[0] = time.monotonic()
                 try:
-                    flag = Run.objects.filter(pk=run_id).values_list("cancel_requested", flat=True).first()
-                except DatabaseError:
+                    flag = run_service.cancel_requested(run_id)
+                except Exception:  # noqa: BLE001 - task code calls this: it must not raise; the heartbeat re-reads it
                     flag = False
                 if flag:
                     with self._lock:
@@ -431,14 +481,22 @@ class Worker:
 
         return probe
 
-    def _record(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        """Call an outcome service, retrying transient database errors with backoff.
+    def _record(
+        self, fn: Callable[..., Any], *, runs: dict[int, int], outcome: str, note_failure: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """Call an outcome service for ``runs`` (id -> attempt); never lets it stop the worker.
 
-        Gives up after about two lease periods: by then the run has been (or
-        will be) recovered by lease expiry, which is the at-least-once path.
+        Transient database errors are retried with backoff for about two lease
+        periods; by then the run has been (or will be) recovered by lease
+        expiry, which is the at-least-once path. Any other exception (a
+        database refusal, a bug, text no encoder takes) is logged with the run
+        ids, noted in the runs' history where the database still answers, and
+        raised as ``_NotRecorded``: the run keeps its lease, which expires.
         """
         delay = 0.2
         deadline = time.monotonic() + max(2 * self.lease_seconds, 10.0)
+        run_ids = ",".join(map(str, sorted(runs)))
         while True:
             try:
                 return fn(now=self.clock.now(), **kwargs)
@@ -446,16 +504,27 @@ class Worker:
                 self._reset_connection()
                 if self._hard_stop or time.monotonic() > deadline:
                     self._log(logging.ERROR, "giving up recording outcome; lease expiry will recover the run",
-                              run_id=kwargs.get("run_id"), error=describe_exception(exc))
-                    return None
+                              run_id=run_ids, outcome=outcome, error=describe_exception(exc))
+                    raise _NotRecorded(exc, transient=True) from None
                 self._log(logging.WARNING, "database error while recording; retrying",
-                          run_id=kwargs.get("run_id"), error=describe_exception(exc), retry_in=f"{delay:.1f}")
+                          run_id=run_ids, outcome=outcome, error=describe_exception(exc), retry_in=f"{delay:.1f}")
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
-            except DatabaseError as exc:
-                self._log(logging.ERROR, "could not record outcome", run_id=kwargs.get("run_id"),
-                          error=describe_exception(exc))
-                return None
+            except Exception as exc:  # noqa: BLE001 - an outcome we cannot record must not stop the worker
+                self._log(logging.ERROR, "could not record outcome; the lease will expire and the run be retried",
+                          run_id=run_ids, outcome=outcome, error=describe_exception(exc))
+                if note_failure:
+                    self._note_unrecorded(runs, outcome, exc)
+                raise _NotRecorded(exc, transient=False) from None
+
+    def _note_unrecorded(self, held: dict[int, int], outcome: str, exc: BaseException) -> None:
+        """Best effort: tell the runs' history why they will be re-executed."""
+        try:
+            outcomes.note_unrecorded(worker_id=self.worker_id, held=held, outcome=outcome,
+                                     error=describe_exception(exc), now=self.clock.now())
+        except Exception as note_exc:  # noqa: BLE001 - the log line above already says it
+            self._log(logging.WARNING, "could not note the unrecorded outcome in the run history",
+                      run_id=",".join(map(str, sorted(held))), error=describe_exception(note_exc))
 
     # -- the loop ----------------------------------------------------------------
 
@@ -485,15 +554,16 @@ class Worker:
         return None if max_runs is None else max_runs - (self.executed - start)
 
     def _claim_or_backoff(self, limit: int, backoff: list[float], start_all: bool = False) -> list[Run] | None:
-        """Claim a batch; on a transient database error wait and return None."""
+        """Claim a batch; on an error (the database, a stored row) wait and return None."""
         try:
             self._maybe_tick()
             runs = self._claim(limit, start_all=start_all)
             backoff[0] = 0.5
             return runs
-        except TRANSIENT_DB_ERRORS as exc:
-            self._log(logging.WARNING, "database error in worker loop; backing off",
-                      error=describe_exception(exc), retry_in=f"{backoff[0]:.1f}")
+        except Exception as exc:  # noqa: BLE001 - logged and retried with backoff; never stops the worker
+            self._log(logging.WARNING if isinstance(exc, TRANSIENT_DB_ERRORS) else logging.ERROR,
+                      "error in worker loop; backing off", error=describe_exception(exc),
+                      retry_in=f"{backoff[0]:.1f}")
             self._reset_connection()
             self._stop.wait(backoff[0])
             backoff[0] = min(backoff[0] * 2, MAX_DB_BACKOFF_SECONDS)
@@ -602,6 +672,12 @@ class Worker:
                           retry_in=f"{delay:.1f}")
                 time.sleep(delay)
                 delay = min(delay * 2, MAX_DB_BACKOFF_SECONDS)
+            except Exception as exc:
+                if attempts is None:
+                    raise  # registering at start: a worker that cannot register must not serve
+                # Best effort at shutdown (the stopped status): log, and let the process exit cleanly.
+                self._log(logging.ERROR, "could not update the worker row", error=describe_exception(exc))
+                return
 
     @staticmethod
     def _reset_connection() -> None:
@@ -671,15 +747,17 @@ class Worker:
 
     # -- logging -----------------------------------------------------------------
 
-    def _log_finished(self, attempt: _Attempt, state: str | None) -> None:
+    def _log_finished(self, attempt: _Attempt, state: str | None, label: str = "lease_lost") -> None:
+        """``label`` names a run not recorded as ``state``: lease_lost or unrecorded."""
         run = attempt.run
         level = logging.INFO if state in (RunState.SUCCEEDED, RunState.CANCELLED) else logging.WARNING
         self._log(level, "run finished", run_id=run.pk, schedule=run.schedule.name, task=run.task_name,
-                  attempt=run.attempts, state=state or "lease_lost", duration=f"{attempt.duration:.3f}",
+                  attempt=run.attempts, state=state or label, duration=f"{attempt.duration:.3f}",
                   error=attempt.error[:200] if attempt.error else None)
 
     def _log(self, level: int, message: str, **fields: Any) -> None:
         if logger.isEnabledFor(level):
             data = {"worker_id": self.worker_id}
-            data.update({k: v for k, v in fields.items() if v is not None})
+            # Task errors reach log lines too: escaped, so no handler's encoder can fail on them.
+            data.update({k: storable(v) if isinstance(v, str) else v for k, v in fields.items() if v is not None})
             logger.log(level, message, extra={"distsched": data})

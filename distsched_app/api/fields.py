@@ -43,6 +43,12 @@ class StrictFloatField(serializers.FloatField):
     def to_internal_value(self, data: Any) -> float:
         if not _is_number(data):
             self.fail("invalid")
+        try:
+            float(data)
+        except OverflowError:  # an integer of 400 digits: too large, not a server error
+            if self.max_value is not None:
+                self.fail("max_value", max_value=self.max_value)
+            self.fail("invalid")
         return super().to_internal_value(data)
 
 

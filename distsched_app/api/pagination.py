@@ -5,7 +5,7 @@ Two strictnesses on top of DRF's ``CursorPagination``:
 
 - ``page_size`` out of range or not a number is a 400, not silently the default;
 - a cursor whose position does not fit the ordering column (hand-edited, or
-  containing NUL, which PostgreSQL cannot compare) is DRF's "Invalid cursor"
+  containing text the database cannot compare, such as NUL) is DRF's "Invalid cursor"
   404 instead of a database error.
 """
 
@@ -15,6 +15,8 @@ from typing import Any
 
 from rest_framework import exceptions
 from rest_framework.pagination import Cursor, CursorPagination
+
+from ..text import unstorable
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
@@ -42,7 +44,7 @@ class StrictCursorPagination(CursorPagination):
         if cursor is None or cursor.position is None:
             return cursor
         position = cursor.position
-        valid = "\x00" not in position
+        valid = unstorable(position) is None
         if self.integer_position:
             valid = valid and position.isascii() and position.lstrip("-").isdigit() and len(position) <= 19
         if not valid:

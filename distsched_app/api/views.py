@@ -78,7 +78,7 @@ def schedule_name(value: str) -> str:
 
 def run_id(value: str) -> int:
     """A path segment as a run id; anything but a plain positive integer is an unknown run (404)."""
-    if not (value.isascii() and value.isdigit()) or not 0 < int(value) <= MAX_RUN_ID:
+    if not (value.isascii() and value.isdigit() and len(value) <= 19) or not 0 < int(value) <= MAX_RUN_ID:
         raise RunNotFound(f"no run with id {value!r}")
     return int(value)
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ..text import storable, unstorable
 
 
 class OneLineParser(CommandParser):
@@ -40,6 +43,18 @@ def positive_float(text: str) -> float:
     return value
 
 
+def seconds_up_to(limit: float) -> Callable[[str], float]:
+    """A positive number of seconds, at most ``limit`` (a wait longer than that is a typo)."""
+
+    def parse(text: str) -> float:
+        value = positive_float(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at most {limit:g} seconds")
+        return value
+
+    return parse
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -48,6 +63,27 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
     return value
+
+
+def int_up_to(limit: int) -> Callable[[str], int]:
+    """A whole number from 1 to ``limit``."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at most {limit}")
+        return value
+
+    return parse
+
+
+def storable_text(text: str) -> str:
+    """Command-line text the databases can store (an undecodable byte in argv becomes a
+    lone surrogate, which no database driver can encode)."""
+    problem = unstorable(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{storable(text)!r} contains {problem}")
+    return text
 
 
 def queue_list(text: str) -> list[str]:

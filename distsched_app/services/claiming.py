@@ -3,8 +3,11 @@
 One transaction per claim. PostgreSQL locks candidate rows with
 ``FOR UPDATE SKIP LOCKED`` so concurrent workers never block on, or take, the
 same run; SQLite's ``BEGIN IMMEDIATE`` serialises claimers on the write lock.
-The UPDATE is additionally guarded on the state and attempt we read, so a
-claim can never overwrite a concurrent change even without row locks.
+The UPDATE then filters on the primary keys alone, and that is enough: from
+the SELECT to the COMMIT the rows are locked (PostgreSQL re-reads a locked
+row's latest version and re-checks the WHERE before handing it over) or the
+whole database is (SQLite), so nobody can change them in between. A backend
+with neither would need a compare-and-set on the state and attempt read here.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from datetime import datetime, timedelta, timezone
 from django.db import connection, transaction
 from django.db.models import F, Min
 
+from ..clock import iso_utc
 from ..models import EventType, Run, RunEvent, RunQuerySet, RunState, Schedule
 from . import events
 
@@ -58,7 +62,7 @@ def claim_runs(
         forgiven: list[int] = []
         if include_expired:
             for run in _lock(Run.objects.lease_expired(now, queues))[:limit]:
-                message = f"lease of {run.lease_owner} expired at {run.lease_expires_at.isoformat()}"
+                message = f"lease of {run.lease_owner} expired at {iso_utc(run.lease_expires_at)}"
                 if not run.cancel_requested and _never_known_to_start(run):
                     # A prefetched run of a worker that died: most likely never
                     # executed, so its attempt does not count against the budget.
@@ -81,8 +85,7 @@ def claim_runs(
         if not candidates:
             events.record_many(new_events)
             return []
-        # The guard on state/attempts makes the claim a compare-and-set even
-        # where the row lock is weaker than expected.
+        # Keys alone suffice: the rows read above are locked until COMMIT (see the module docstring).
         started = candidates if start_all else candidates[:1]
         rest = candidates[len(started):]
         Run.objects.filter(pk__in=[r.pk for r in started]).update(

@@ -9,6 +9,7 @@ from datetime import datetime
 from django.db import connection
 
 from ..models import Run, RunEvent
+from ..text import storable
 from . import pgarrays
 
 MAX_MESSAGE_CHARS = 2000
@@ -25,8 +26,8 @@ class NewEvent:
 
 
 def _storable(message: str) -> str:
-    """Bounded, and without NUL (task errors may carry it; PostgreSQL text cannot)."""
-    return message.replace("\x00", "\\x00")[:MAX_MESSAGE_CHARS]
+    """Task errors and operator names may carry anything: bounded and storable."""
+    return storable(message, MAX_MESSAGE_CHARS)
 
 
 def _build(e: NewEvent) -> RunEvent:
@@ -81,13 +82,13 @@ def record_many(events: Iterable[NewEvent]) -> None:
             f"INSERT INTO {table} ({columns}) SELECT * FROM unnest(%b::bigint[], %b::text[], %b::text[], "
             "%b::text[], %b::integer[], %b::timestamptz[])",
             [[e.run_id for e in events], [e.event_type for e in events],
-             [_storable(e.message)[:MAX_MESSAGE_CHARS] for e in events], [e.worker_id for e in events],
+             [_storable(e.message) for e in events], [e.worker_id for e in events],
              [e.attempt for e in events], [e.now for e in events]],
         )
         return
     with connection.cursor() as cursor:
         rows = [
-            (e.run_id, e.event_type, _storable(e.message)[:MAX_MESSAGE_CHARS], e.worker_id, e.attempt,
+            (e.run_id, e.event_type, _storable(e.message), e.worker_id, e.attempt,
              connection.ops.adapt_datetimefield_value(e.now))
             for e in events
         ]

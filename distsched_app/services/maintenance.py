@@ -55,7 +55,10 @@ def prune_runs(
         raise ValidationError("older_than must be a non-negative duration", field="older_than")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise ValidationError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}", field="batch_size")
-    cutoff = now - older_than
+    try:
+        cutoff = now - older_than
+    except OverflowError:
+        raise ValidationError("older_than reaches before year 1", field="older_than") from None
     old_workers = Worker.objects.filter(heartbeat_at__lt=cutoff)
     if dry_run:
         runs = prunable_runs(cutoff)

@@ -17,8 +17,10 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from ..backoff import retry_delay
+from ..clock import iso_utc
 from ..conf import conf
 from ..models import LEASED_STATES, EventType, Run, RunState
+from ..text import storable, storable_json
 from . import events
 
 
@@ -29,17 +31,14 @@ class LeaseStatus:
 
 
 def truncate_error(text: str, limit: int | None = None) -> str:
-    """Keep stored errors storable and bounded: NUL escaped (PostgreSQL text cannot
-    hold it), at most ``limit`` characters, the head and the tail (where the raise is) kept."""
-    text = text.replace("\x00", "\\x00")
-    limit = limit or conf.MAX_ERROR_CHARS
-    if len(text) <= limit:
-        return text
-    widest = len(f"\n... [{len(text)} characters truncated] ...\n")  # the marker can only be shorter
-    half = (limit - widest) // 2
-    if half <= 0:
-        return text[:limit]
-    return f"{text[:half]}\n... [{len(text) - 2 * half} characters truncated] ...\n{text[-half:]}"
+    """A stored error: storable (``text.storable``), at most ``limit`` characters
+    (default ``MAX_ERROR_CHARS``), its head and its tail (where the raise is) kept."""
+    return storable(text, limit or conf.MAX_ERROR_CHARS, keep_tail=True)
+
+
+def storable_result(value: object) -> object:
+    """How a task's return value is stored: plain JSON, else a bounded repr (``text.storable_json``)."""
+    return storable_json(value, max_bytes=conf.MAX_PAYLOAD_BYTES)
 
 
 def _fenced(run_id: int, worker_id: str, attempt: int):
@@ -50,6 +49,7 @@ def record_success(
     *, run_id: int, worker_id: str, attempt: int, now: datetime, result: object = None, note: str = ""
 ) -> bool:
     """Mark the run succeeded. False (and a ``lease_lost`` event) if we no longer hold it."""
+    result = storable_result(result)
     with transaction.atomic():
         updated = _fenced(run_id, worker_id, attempt).update(
             state=RunState.SUCCEEDED, finished_at=now, lease_owner="", lease_expires_at=None,
@@ -121,7 +121,7 @@ def record_failure(
                     run_id=run_id, event_type=EventType.RETRY_SCHEDULED, now=now, worker_id=worker_id,
                     attempt=attempt,
                     message=f"attempt {run.attempts}/{run.max_attempts} failed; retry in {delay:.1f}s "
-                            f"at {available.isoformat()}",
+                            f"at {iso_utc(available)}",
                 ))
             else:
                 changes.update(state=RunState.DEAD, finished_at=now)
@@ -183,6 +183,8 @@ def record_successes(*, worker_id: str, successes: list[Success], now: datetime)
     them but a ``lease_lost`` event)."""
     if not successes:
         return set()
+    # Outside the transaction: serialising a task's return value is the task's business, not the lock's.
+    results = {s.run_id: storable_result(s.result) for s in successes if s.result is not None}
     by_id = {s.run_id: s for s in successes}
     with transaction.atomic():
         # Rows are locked (PostgreSQL) or the write lock is held (SQLite
@@ -191,7 +193,7 @@ def record_successes(*, worker_id: str, successes: list[Success], now: datetime)
                          extra=("cancel_requested",))
         ok = [by_id[run_id] for run_id in held]
         if ok:
-            _mark_succeeded(ok, worker_id, now)
+            _mark_succeeded(ok, worker_id, now, results)
         new: list[events.NewEvent] = []
         for s in ok:
             if s.record_started:
@@ -212,7 +214,7 @@ def record_successes(*, worker_id: str, successes: list[Success], now: datetime)
     return lost
 
 
-def _mark_succeeded(items: list[Success], worker_id: str, now: datetime) -> None:
+def _mark_succeeded(items: list[Success], worker_id: str, now: datetime, results: dict[int, object]) -> None:
     """One UPDATE for the batch, with per-run start and finish times.
 
     Plain SQL: on the hot path, compiling ORM ``Case`` expressions cost more
@@ -233,8 +235,8 @@ def _mark_succeeded(items: list[Success], worker_id: str, now: datetime) -> None
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, *ids, worker_id])
     for s in items:
-        if s.result is not None:
-            Run.objects.filter(pk=s.run_id).update(result=s.result)
+        if results.get(s.run_id) is not None:
+            Run.objects.filter(pk=s.run_id).update(result=results[s.run_id])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -288,3 +290,18 @@ def release_runs(*, worker_id: str, held: dict[int, int], now: datetime) -> int:
             for run_id in ids
         )
     return len(ids)
+
+
+def note_unrecorded(*, worker_id: str, held: dict[int, int], outcome: str, error: str, now: datetime) -> None:
+    """History for runs whose outcome could not be recorded: they keep their lease, which
+    expires, and they are executed again. Only an event is written (one transaction)."""
+    existing = set(Run.objects.filter(pk__in=list(held)).values_list("id", flat=True))
+    with transaction.atomic():
+        events.record_many(
+            events.NewEvent(
+                run_id=run_id, event_type=EventType.RECORD_FAILED, now=now, worker_id=worker_id, attempt=held[run_id],
+                message=f"attempt {held[run_id]} ended {outcome}, but the outcome could not be recorded ({error}); "
+                        "the lease will expire and the run be executed again",
+            )
+            for run_id in sorted(existing)
+        )

@@ -22,6 +22,11 @@ def get_run(run_id: int) -> Run:
         raise RunNotFound(f"no run with id {run_id!r}") from None
 
 
+def cancel_requested(run_id: int) -> bool:
+    """Whether an operator asked to stop this run (the running task's cooperative-cancel probe)."""
+    return bool(Run.objects.filter(pk=run_id).values_list("cancel_requested", flat=True).first())
+
+
 def _locked(run_id: int) -> Run:
     try:
         return Run.objects.select_for_update(of=("self",)).select_related("schedule").get(pk=run_id)

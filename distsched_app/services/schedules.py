@@ -10,6 +10,7 @@ from django.db import IntegrityError, connection, transaction
 from ..errors import DuplicateName, ScheduleNotFound, ValidationError
 from ..models import EventType, Origin, Run, RunEvent, RunState, Schedule, ScheduleKind, Worker
 from ..recurrence import Recurrence, first_slot, upcoming
+from ..text import unstorable
 from . import events
 from .validation import validate_name, validate_schedule_fields
 
@@ -56,9 +57,9 @@ def get_schedule(name: str) -> Schedule:
 
 
 def _lookup_name(name: object) -> str:
-    """Names that could never have been created are simply not found (a NUL
-    would make PostgreSQL raise instead)."""
-    if not isinstance(name, str) or "\x00" in name:
+    """Names that could never have been created are simply not found (an
+    unstorable one would make the database driver raise instead)."""
+    if not isinstance(name, str) or unstorable(name) is not None:
         raise ScheduleNotFound(f"no schedule named {name!r}")
     return name
 
@@ -103,6 +104,8 @@ def update_schedule(name: str, *, now: datetime, **changes: Any) -> Schedule:
             # Switching kind: the fields of the old kind are cleared unless given.
             for f in kind_fields - set(changes):
                 current[f] = None
+            if "cron" not in changes and "timezone" not in changes:
+                current["timezone"] = None  # leaving cron: the zone goes with it
             if "kind" not in changes:
                 current["kind"] = None
         merged = {**current, **changes}

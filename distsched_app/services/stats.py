@@ -9,6 +9,7 @@ from django.core.cache import cache
 from django.db import connection, models
 from django.db.models import Avg, BigIntegerField, Count, F, Func, Q
 
+from ..clock import iso_utc
 from ..conf import conf
 from ..models import EventType, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
 
@@ -43,7 +44,7 @@ class Stats:
 
         data = asdict(self)
         for failure in data["recent_failures"]:
-            failure["at"] = failure["at"].isoformat()
+            failure["at"] = iso_utc(failure["at"])
         return data
 
 

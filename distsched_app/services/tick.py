@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
+from ..clock import iso_utc
 from ..conf import conf
 from ..models import ACTIVE_STATES, EventType, Origin, Overlap, Run, RunState, Schedule
 from ..recurrence import plan_catch_up
@@ -161,7 +162,7 @@ def _insert(runs: list[NewRun], now: datetime) -> list[NewRun]:
                 inserted.append(run)
             except IntegrityError:
                 logger.warning("slot already has a run", extra={"distsched": {
-                    "schedule": run.schedule_name, "scheduled_for": run.scheduled_for.isoformat()}})
+                    "schedule": run.schedule_name, "scheduled_for": iso_utc(run.scheduled_for)}})
         return inserted
 
 

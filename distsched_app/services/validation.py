@@ -8,6 +8,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from ..clock import iso_utc
 from ..conf import conf
 from ..errors import (
     InvalidInterval,
@@ -20,6 +21,7 @@ from ..errors import (
 from ..models import CatchUp, Overlap, ScheduleKind
 from ..recurrence import get_zone, validate_cron
 from ..registry import registry
+from ..text import unstorable, unstorable_in
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 NAME_MAX = 100
@@ -46,19 +48,25 @@ def validate_task_name(task_name: Any) -> str:
     return task_name
 
 
-def _depth(value: Any, limit: int, field: str, level: int = 1) -> None:
-    """Bounded nesting, and no NUL in strings or keys (PostgreSQL's jsonb cannot store it)."""
-    if level > limit:
-        raise InvalidPayload(f"{field} is nested deeper than {limit} levels", field=field)
-    if isinstance(value, str) and "\x00" in value:
-        raise InvalidPayload(f"{field} contains a NUL character (\\u0000), which cannot be stored", field=field)
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _depth(key, limit, field, level)
-            _depth(item, limit, field, level + 1)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _depth(item, limit, field, level + 1)
+def _depth(value: Any, limit: int, field: str) -> None:
+    """Bounded nesting (iterative: a deep value cannot overflow the stack while checked)."""
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if level > limit:
+            raise InvalidPayload(f"{field} is nested deeper than {limit} levels", field=field)
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, level + 1) for v in item)
+
+
+def check_storable(value: str, *, field: str, error: type[ValidationError] = ValidationError) -> str:
+    """Refuse text that one of the databases cannot store (``text.unstorable``), naming the field."""
+    problem = unstorable(value)
+    if problem is not None:
+        raise error(f"{field} contains {problem}, which cannot be stored", field=field)
+    return value
 
 
 def validate_payload(value: Any, *, field: str) -> Any:
@@ -74,6 +82,9 @@ def validate_payload(value: Any, *, field: str) -> Any:
     if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
         raise InvalidPayload(f"{field} keys must be strings", field=field)
     _depth(value, conf.MAX_PAYLOAD_DEPTH, field)
+    problem = unstorable_in(value)
+    if problem is not None:
+        raise InvalidPayload(f"{field} contains {problem}, which cannot be stored", field=field)
     try:
         encoded = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -102,7 +113,10 @@ def parse_datetime(value: Any, *, field: str) -> datetime | None:
     return value
 
 
-def _int(value: Any, *, field: str, low: int, high: int, error: type[ValidationError] = ValidationError) -> int:
+def bounded_int(
+    value: Any, *, field: str, low: int, high: int, error: type[ValidationError] = ValidationError
+) -> int:
+    """A whole number in ``[low, high]`` (an integral float is accepted), else ``error``."""
     if isinstance(value, bool) or not isinstance(value, int | float) or (
         isinstance(value, float) and not value.is_integer()
     ):
@@ -113,12 +127,46 @@ def _int(value: Any, *, field: str, low: int, high: int, error: type[ValidationE
     return value
 
 
-def _float(value: Any, *, field: str, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+def bounded_float(
+    value: Any, *, field: str, low: float, high: float, low_open: bool = False
+) -> float:
+    """A finite number in ``[low, high]`` (``(low, high]`` with ``low_open``), else ``ValidationError``.
+
+    Huge integers are refused here rather than raising ``OverflowError`` when converted.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValidationError(f"{field} must be a number", field=field)
-    if not low <= value <= high:
-        raise ValidationError(f"{field} must be between {low} and {high}", field=field)
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or not low <= number <= high or (low_open and number == low):
+        if low_open:
+            raise ValidationError(f"{field} must be greater than {low:g} and at most {high:g}", field=field)
+        raise ValidationError(f"{field} must be between {low:g} and {high:g}", field=field)
+    return number
+
+
+MAX_WORKER_ID = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def validate_worker_id(worker_id: Any) -> str:
+    """A worker id is stored in every lease and event it writes: 1-200 printable characters."""
+    if not isinstance(worker_id, str) or not worker_id:
+        raise ValidationError("worker_id must be a non-empty string", field="worker_id")
+    if len(worker_id) > MAX_WORKER_ID:
+        raise ValidationError(f"worker_id is longer than {MAX_WORKER_ID} characters", field="worker_id")
+    check_storable(worker_id, field="worker_id")
+    if _CONTROL.search(worker_id):
+        raise ValidationError("worker_id must not contain control characters", field="worker_id")
+    return worker_id
+
+
+def validate_queue(queue: Any, *, field: str = "queue") -> str:
+    if not isinstance(queue, str) or not QUEUE_RE.fullmatch(queue):
+        raise ValidationError("queue may contain only letters, digits, '.', '-' and '_' (1-100)", field=field)
+    return queue
 
 
 def _choice(value: Any, choices: type, *, field: str) -> str:
@@ -152,7 +200,7 @@ def validate_schedule_fields(data: dict[str, Any], *, now: datetime, check_run_a
     out["cron"] = ""
     out["run_at"] = None
     if kind == ScheduleKind.INTERVAL:
-        out["interval_seconds"] = _int(
+        out["interval_seconds"] = bounded_int(
             interval, field="interval_seconds", low=1, high=MAX_INTERVAL_SECONDS, error=InvalidInterval
         )
     elif kind == ScheduleKind.CRON:
@@ -161,13 +209,17 @@ def validate_schedule_fields(data: dict[str, Any], *, now: datetime, check_run_a
         out["cron"] = validate_cron(cron)
     else:
         if check_run_at and run_at < now:
-            raise RunAtInPast(f"run_at {run_at.isoformat()} is in the past")
+            raise RunAtInPast(f"run_at {iso_utc(run_at)} is in the past")
         out["run_at"] = run_at
 
     tz = data.get("timezone") or "UTC"
     if not isinstance(tz, str):
         raise ValidationError("timezone must be a string", field="timezone")
     get_zone(tz)
+    if kind != ScheduleKind.CRON and tz != "UTC":
+        # Interval and once schedules are UTC arithmetic: a zone would be silently ignored.
+        raise ValidationError(f"timezone applies to cron schedules only, not to {kind} schedules",
+                              field="timezone")
     out["timezone"] = tz
     start_at = parse_datetime(data.get("start_at"), field="start_at")
     if start_at is not None and kind == ScheduleKind.ONCE:
@@ -175,28 +227,25 @@ def validate_schedule_fields(data: dict[str, Any], *, now: datetime, check_run_a
     out["start_at"] = start_at
 
     max_attempts = data.get("max_attempts")
-    out["max_attempts"] = _int(
+    out["max_attempts"] = bounded_int(
         conf.MAX_ATTEMPTS if max_attempts is None else max_attempts,
         field="max_attempts", low=1, high=MAX_ATTEMPTS_LIMIT,
     )
     base = data.get("retry_base_seconds")
-    out["retry_base_seconds"] = _float(
+    out["retry_base_seconds"] = bounded_float(
         conf.RETRY_BASE_SECONDS if base is None else base, field="retry_base_seconds", low=0, high=86400 * 30
     )
     cap = data.get("retry_max_seconds")
-    out["retry_max_seconds"] = _float(
+    out["retry_max_seconds"] = bounded_float(
         conf.RETRY_MAX_SECONDS if cap is None else cap, field="retry_max_seconds", low=0, high=86400 * 365
     )
     if out["retry_max_seconds"] < out["retry_base_seconds"]:
         raise ValidationError("retry_max_seconds must be at least retry_base_seconds", field="retry_max_seconds")
     jitter = data.get("retry_jitter")
-    out["retry_jitter"] = _float(0 if jitter is None else jitter, field="retry_jitter", low=0, high=1)
+    out["retry_jitter"] = bounded_float(0 if jitter is None else jitter, field="retry_jitter", low=0, high=1)
     out["catch_up"] = _choice(data.get("catch_up") or conf.CATCH_UP, CatchUp, field="catch_up")
     out["overlap"] = _choice(data.get("overlap") or Overlap.ALLOW, Overlap, field="overlap")
-    queue = data.get("queue") or "default"
-    if not isinstance(queue, str) or not QUEUE_RE.fullmatch(queue):
-        raise ValidationError("queue may contain only letters, digits, '.', '-' and '_' (1-100)", field="queue")
-    out["queue"] = queue
+    out["queue"] = validate_queue(data.get("queue") or "default")
     paused = data.get("paused", False)
     if not isinstance(paused, bool):
         raise ValidationError("paused must be true or false", field="paused")

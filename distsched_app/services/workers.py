@@ -9,6 +9,9 @@ from django.db import transaction
 
 from ..conf import conf
 from ..models import Worker, WorkerStatus
+from ..text import storable
+
+HOSTNAME_MAX = 255
 
 
 def register_worker(
@@ -19,7 +22,7 @@ def register_worker(
         worker, _ = Worker.objects.update_or_create(
             worker_id=worker_id,
             defaults={
-                "hostname": hostname, "pid": pid, "queues": list(queues), "started_at": now,
+                "hostname": storable(hostname, HOSTNAME_MAX), "pid": pid, "queues": list(queues), "started_at": now,
                 "heartbeat_at": now, "status": WorkerStatus.ACTIVE, "current_run": None,
                 "clock_skew_seconds": None, "runs_executed": 0,
             },

@@ -98,7 +98,7 @@ def test_stats(api, api_clock, scheduler, make_schedule, settings, url):
     assert body["failures_last_24h"] == 1
     [failure] = body["recent_failures"]
     assert (failure["run_id"], failure["message"], failure["attempt"]) == (second.pk, "boom", 1)
-    assert failure["at"] == (T0 + timedelta(seconds=4)).isoformat()
+    assert failure["at"] == (T0 + timedelta(seconds=4)).isoformat().replace("+00:00", "Z")
 
 
 def test_workers_and_stats_are_read_only(make_api_user, token_client):

@@ -9,6 +9,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from distsched_app.clock import iso_utc
 from distsched_app.management.commands.distsched import Command
 from distsched_app.models import Origin, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
 from distsched_app.services import claiming, outcomes, workers
@@ -67,7 +68,7 @@ def test_create_cron_schedule_with_every_option(cli_json):
                    "--catch-up", "skip", "--overlap", "skip", "--paused")
     assert doc["name"] == "nightly" and doc["kind"] == "cron" and doc["cron"] == "0 3 * * *"
     assert (doc["timezone"], doc["catch_up"], doc["overlap"], doc["paused"]) == ("Europe/Paris", "skip", "skip", True)
-    assert doc["next_run_at"] == "2026-04-01T01:00:00+00:00"  # 03:00 in Paris (CEST) after start_at
+    assert doc["next_run_at"] == "2026-04-01T01:00:00Z"  # 03:00 in Paris (CEST) after start_at
     assert Schedule.objects.get(name="nightly").paused
 
 
@@ -153,8 +154,9 @@ def test_schedule_show(cli, cli_json, make_schedule, scheduler):
     assert "last_run:     -" in out
     run = scheduler.trigger("s")
     doc = cli_json("schedule", "show", "s")
-    assert doc["upcoming"] == [(T0 + timedelta(minutes=10 * k)).isoformat() for k in range(5)]
-    assert doc["last_run"] == {"id": run.pk, "state": "pending", "scheduled_for": T0.isoformat(), "finished_at": None}
+    assert doc["upcoming"] == [iso_utc(T0 + timedelta(minutes=10 * k)) for k in range(5)]
+    assert doc["last_run"] == {"id": run.pk, "state": "pending", "scheduled_for": "2026-03-02T09:00:00Z",
+                               "finished_at": None}
     assert error_of(cli, "schedule", "show", "nope") == "no schedule named 'nope'"
 
 

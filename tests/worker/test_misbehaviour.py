@@ -16,8 +16,8 @@ import pytest
 from distsched_app.models import EventType, Run, RunEvent, RunState
 from distsched_app.registry import registry
 from distsched_app.services.events import MAX_MESSAGE_CHARS
+from distsched_app.services.outcomes import storable_result as jsonable_result
 from distsched_app.services.outcomes import truncate_error
-from distsched_app.worker import jsonable_result
 from tests.concurrency.procs import finish, manage, wait_for
 from tests.conftest import T0
 from tests.testapp.models import Execution

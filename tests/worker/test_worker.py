@@ -9,7 +9,8 @@ import pytest
 from distsched_app.errors import RunCancelled
 from distsched_app.models import EventType, Run, RunEvent, RunState, Worker, WorkerStatus
 from distsched_app.registry import registry
-from distsched_app.worker import describe_exception, jsonable_result
+from distsched_app.services.outcomes import storable_result as jsonable_result
+from distsched_app.worker import describe_exception
 from tests.testapp import tasks as test_tasks
 
 pytestmark = pytest.mark.django_db

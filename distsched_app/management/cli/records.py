@@ -9,11 +9,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from ...clock import iso_utc
 from ...models import Run, RunEvent, Schedule, Worker, WorkerStatus
 
 
 def iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
+    return iso_utc(value) if value is not None else None
 
 
 def schedule_record(schedule: Schedule, *, upcoming: list[datetime] | None = None) -> dict[str, Any]:

@@ -25,12 +25,14 @@ from ...clock import Clock, system_clock
 from ...errors import DistschedError
 from ...models import CatchUp, Overlap, RunState
 from ...services import maintenance, queries, runs, schedules, stats, workers
-from ..base import DistschedCommand, positive_int
+from ...text import storable
+from ..base import DistschedCommand, int_up_to, positive_int, storable_text
 from ..cli import records
 from ..cli.args import duration, json_value, object_id
 from ..cli.tables import key_values, seconds, table, when
 
 Output = tuple[Any, str]  # (the --json document, the text for humans)
+MAX_LIST = 10_000
 
 
 class Command(DistschedCommand):
@@ -81,10 +83,11 @@ class Command(DistschedCommand):
         verbs = run.add_subparsers(dest="verb", required=True)
         listing = _leaf(verbs, "list", "List runs, newest first.")
         listing.add_argument("--state", choices=RunState.values)
-        listing.add_argument("--schedule", metavar="NAME")
-        listing.add_argument("--task", metavar="TASK")
-        listing.add_argument("--queue", metavar="Q")
-        listing.add_argument("--limit", type=positive_int, default=50)
+        listing.add_argument("--schedule", type=storable_text, metavar="NAME")
+        listing.add_argument("--task", type=storable_text, metavar="TASK")
+        listing.add_argument("--queue", type=storable_text, metavar="Q")
+        listing.add_argument("--limit", type=int_up_to(MAX_LIST), default=50,
+                             help=f"How many runs (default %(default)s, at most {MAX_LIST}).")
         for verb, text in (("show", "Show one run and its event history."),
                            ("cancel", "Cancel a waiting run, or ask a running one to stop."),
                            ("requeue", "Put a dead or cancelled run back to pending.")):
@@ -108,11 +111,12 @@ class Command(DistschedCommand):
         try:
             document, text = VERBS[key](now, options)
         except DistschedError as exc:
-            raise CommandError(" ".join(str(exc).split())) from None
+            raise CommandError(storable(" ".join(str(exc).split()))) from None
+        # Rows written before the storable-text rule may hold lone surrogates: escaped, never a crash.
         if options["json"]:
-            self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False))
+            self.stdout.write(storable(json.dumps(document, indent=2, ensure_ascii=False)))
         else:
-            self.stdout.write(text)
+            self.stdout.write(storable(text))
 
 
 def _leaf(subparsers: Any, name: str, text: str) -> Any:
@@ -268,7 +272,7 @@ def show_stats(now: datetime, o: dict[str, Any]) -> Output:
 def prune(now: datetime, o: dict[str, Any]) -> Output:
     r = maintenance.prune_runs(older_than=o["older_than"], now=now, batch_size=o["batch_size"],
                                dry_run=o["dry_run"])
-    document = {"runs": r.runs, "events": r.events, "workers": r.workers, "cutoff": r.cutoff.isoformat(),
+    document = {"runs": r.runs, "events": r.events, "workers": r.workers, "cutoff": records.iso(r.cutoff),
                 "dry_run": r.dry_run, "batches": r.batches}
     verb = "would delete" if r.dry_run else "deleted"
     return document, (f"{verb} {r.runs} run(s) finished before {when(r.cutoff)}, {r.events} event(s) "

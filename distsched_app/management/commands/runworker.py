@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.management.base import CommandError
+
+from ...errors import DistschedError
+from ...text import storable
 from ...worker import Worker
 from ..base import DistschedCommand, positive_float, positive_int, queue_list
 
@@ -34,16 +38,19 @@ class Command(DistschedCommand):
                             help="Exit after this many executions, whatever their outcome.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        worker = Worker(
-            worker_id=options["worker_id"],
-            queues=options["queues"],
-            lease_seconds=options["lease_seconds"],
-            heartbeat_seconds=options["heartbeat_seconds"],
-            poll_interval=options["poll_interval"],
-            with_tick=options["with_tick"],
-            prefetch=options["prefetch"],
-            concurrency=options["concurrency"],
-        )
+        try:
+            worker = Worker(
+                worker_id=options["worker_id"],
+                queues=options["queues"],
+                lease_seconds=options["lease_seconds"],
+                heartbeat_seconds=options["heartbeat_seconds"],
+                poll_interval=options["poll_interval"],
+                with_tick=options["with_tick"],
+                prefetch=options["prefetch"],
+                concurrency=options["concurrency"],
+            )
+        except DistschedError as exc:
+            raise CommandError(storable(str(exc))) from None
         if options["once"]:
             # At most one run, nothing due is fine; through run() so that SIGTERM
             # finishes the run gracefully and the stopped status is recorded.

@@ -12,7 +12,7 @@ from django.db import InterfaceError, OperationalError, connection
 from ...clock import system_clock
 from ...conf import conf
 from ...services.tick import tick
-from ..base import DistschedCommand, positive_float
+from ..base import DistschedCommand, seconds_up_to
 
 logger = logging.getLogger("distsched")
 
@@ -22,7 +22,7 @@ class Command(DistschedCommand):
 
     def add_command_arguments(self, parser: Any) -> None:
         parser.add_argument("--loop", action="store_true", help="Keep ticking until SIGTERM/SIGINT.")
-        parser.add_argument("--interval", type=positive_float, default=None,
+        parser.add_argument("--interval", type=seconds_up_to(3600), default=None,
                             help="Seconds between ticks with --loop (default: POLL_INTERVAL).")
 
     def handle(self, *args: Any, **options: Any) -> None:
