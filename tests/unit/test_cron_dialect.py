@@ -149,7 +149,7 @@ def transitions(tz: str) -> list[datetime]:
 
 
 def test_oracle_knows_the_zones_transitions():
-    # Two a year where the clocks change (a sanity check of the oracle itself).
+    # Two a year in each zone with DST (a sanity check of the oracle itself).
     assert transitions("UTC") == []
     assert transitions("Europe/Paris")[:2] == [
         datetime(2026, 3, 29, 1, tzinfo=UTC),
@@ -193,11 +193,9 @@ def rec(expr: str, tz: str) -> Recurrence:
 @pytest.mark.parametrize("expr", EXPRESSIONS)
 def test_fire_times_match_the_oracle(expr, tz):
     expected = oracle(expr, tz)
+    assert expected, "every expression in the set fires within the three years"
     r = rec(expr, tz)
     first = first_slot(r, now=START)
-    if not expected:
-        assert first is None or first >= END
-        return
     assert first == expected[0]
     # The whole walk, through upcoming (the slot iterator behind every other function).
     walked = list(takewhile(lambda s: s < END, upcoming(r, first, count=len(expected) + 1)))
