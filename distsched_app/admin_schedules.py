@@ -27,7 +27,7 @@ from .admin_support import (
     request_now,
     selected_keys,
 )
-from .errors import DistschedError, ScheduleNotFound
+from .errors import DistschedError, ScheduleNotFound, ValidationError
 from .models import Run, Schedule, ScheduleKind
 from .services import schedules as schedule_service
 
@@ -97,7 +97,10 @@ class ScheduleAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="next 5 fire times (UTC)")
     def upcoming(self, obj: Schedule) -> str:
-        times = schedule_service.upcoming_fire_times(obj, 5)
+        try:
+            times = schedule_service.upcoming_fire_times(obj, 5)
+        except ValidationError as exc:  # a stored recurrence the validation now refuses
+            return f"none: {exc}"
         if not times:
             return "none: the schedule has no further slot"
         note = " (paused: no run is created until resumed)" if obj.paused else ""

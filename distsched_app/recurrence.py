@@ -10,7 +10,11 @@ Kinds
       ``interval_seconds``. Pure UTC arithmetic from the previous slot: no
       drift, and DST never affects it.
     * ``cron``: a standard 5-field expression (minute hour day month weekday)
-      evaluated on the wall clock of the schedule's IANA time zone.
+      evaluated on the wall clock of the schedule's IANA time zone. The
+      dialect is strict (``distsched_app.cron``: numbers, names, ``*``, lists,
+      ranges, steps; none of croniter's extensions) and days follow Vixie
+      cron: ``0 9 1-7 * MON`` fires on the 1st-7th and on every Monday,
+      ``0 9 */2 * MON`` only on odd-numbered days that are Mondays.
 
 Daylight saving time (the rule of classic cron, which avoids both "ran twice"
 and "lost an hour")
@@ -53,9 +57,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import chain, islice
 
-from croniter import CroniterBadDateError, CroniterError, croniter
+from croniter import CroniterBadDateError, croniter
 
-from .errors import InvalidCron, InvalidInterval, InvalidScheduleSpec, UnknownTimezone
+from . import cron
+from .errors import InvalidInterval, InvalidScheduleSpec, UnknownTimezone
 
 ONCE, INTERVAL, CRON = "once", "interval", "cron"
 CATCH_UP_ONE, CATCH_UP_ALL, CATCH_UP_SKIP = "one", "all", "skip"
@@ -64,8 +69,6 @@ CATCH_UP_ONE, CATCH_UP_ALL, CATCH_UP_SKIP = "one", "all", "skip"
 COUNT_BUDGET = {CATCH_UP_ONE: 1_000, CATCH_UP_SKIP: 1_000, CATCH_UP_ALL: 10_000}
 # Any single walk over cron slots stops here: every loop has an exit.
 _WALK_LIMIT = 100_000
-# Where validate_cron looks for a first match, to reject expressions that never fire.
-_REFERENCE = datetime(2024, 1, 1)
 _TINY = timedelta(microseconds=1)
 
 
@@ -94,20 +97,14 @@ class CatchUpPlan:
 
 
 def validate_cron(expr: str) -> str:
-    """Return the expression with whitespace collapsed, or raise ``InvalidCron``.
+    """Return the normalised expression (see ``distsched_app.cron``), or raise ``InvalidCron``.
 
-    Only 5 fields: croniter also accepts seconds and years, which the DST
-    rules and the minute-level tick do not account for. An expression that
-    never matches (``0 0 30 2 *``) is rejected too, rather than stalling later.
+    Standard five fields only: croniter's extensions (random ``R``, hash
+    ``H``, Quartz ``L W # ?``, seconds and years) are refused, since the DST
+    rules and the minute-level tick do not account for them. An expression
+    that never matches (``0 0 30 2 *``) is rejected too, rather than stalling later.
     """
-    normalised = _normalise_cron(expr)
-    try:
-        croniter(normalised, _REFERENCE).get_next(datetime)
-    except CroniterBadDateError:
-        raise InvalidCron(f"cron expression {normalised!r} never matches") from None
-    except (CroniterError, ValueError, KeyError, TypeError, IndexError) as exc:
-        raise InvalidCron(f"invalid cron expression {normalised!r}: {exc}") from None
-    return normalised
+    return cron.normalise(expr)
 
 
 def get_zone(name: str) -> zoneinfo.ZoneInfo:
@@ -122,17 +119,6 @@ def get_zone(name: str) -> zoneinfo.ZoneInfo:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError, OSError):
         raise UnknownTimezone(f"unknown time zone {name!r}") from None
-
-
-def _normalise_cron(expr: str) -> str:
-    if not isinstance(expr, str):
-        raise InvalidCron("cron expression must be a string")
-    fields = expr.split()
-    if len(fields) != 5:
-        raise InvalidCron(
-            f"cron expression {expr.strip()!r} must have 5 fields (minute hour day month weekday), not {len(fields)}"
-        )
-    return " ".join(fields)
 
 
 def _utc(dt: datetime, what: str) -> datetime:
@@ -329,14 +315,16 @@ def _plan_cron(rec: Recurrence, first: datetime, now: datetime, policy: str, cap
 def _cron_slots(rec: Recurrence, after: datetime) -> Iterator[datetime]:
     """Yield the cron instants strictly after ``after`` (UTC), ascending, without duplicates.
 
-    croniter walks naive local times; each is mapped to UTC by the DST rule in
-    the module docstring. Real time only runs backwards on the wall clock
+    croniter walks naive local times, given only the number lists and day rule
+    of the parsed expression; each is mapped to UTC by the DST rule in the
+    module docstring. Real time only runs backwards on the wall clock
     inside a repeated hour, so when both occurrences fire, the local times of
     that hour are gathered and emitted first-occurrence then second-occurrence.
     """
     zone = get_zone(rec.timezone)
-    expr = _normalise_cron(rec.cron)
-    both_folds = _hour_is_wildcard(expr)
+    spec = cron.parse(rec.cron)  # InvalidCron for a stored expression the dialect refuses
+    expr, day_or = spec.croniter_args
+    both_folds = spec.hour_wildcard
     wall = after.astimezone(zone).replace(tzinfo=None, fold=0)
     start = wall
     placed = _place(wall, zone)
@@ -344,10 +332,7 @@ def _cron_slots(rec: Recurrence, after: datetime) -> Iterator[datetime]:
         # `after` lies inside a repeated hour: restart from its beginning, so
         # second occurrences of earlier local times are not missed.
         start = _repeat_bounds(placed[1], placed[2], zone)[0] - _TINY
-    try:
-        walker = croniter(expr, start)
-    except (CroniterError, ValueError, KeyError, TypeError, IndexError) as exc:
-        raise InvalidCron(f"invalid cron expression {expr!r}: {exc}") from None
+    walker = croniter(expr, start, day_or=day_or)
 
     last = after
     pending: datetime | None = None
@@ -386,11 +371,6 @@ def _cron_slots(rec: Recurrence, after: datetime) -> Iterator[datetime]:
             if instant > last:
                 last = instant
                 yield instant
-
-
-def _hour_is_wildcard(expr: str) -> bool:
-    hour = expr.split()[1]
-    return "*" in hour or "/" in hour or "?" in hour
 
 
 def _place(local: datetime, zone: zoneinfo.ZoneInfo) -> tuple[str, datetime, datetime]:

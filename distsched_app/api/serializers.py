@@ -14,6 +14,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from ..errors import ValidationError
 from ..models import CatchUp, Overlap, Run, RunEvent, Schedule, ScheduleKind, Worker
 from ..services import queries
 from ..services import schedules as schedule_service
@@ -86,11 +87,15 @@ class ScheduleDetailSerializer(ScheduleSerializer):
     def get_upcoming(self, schedule: Schedule) -> list[str | None]:
         # upcoming_fire_times raises OverflowError when a slot would fall after year 9999 (a schedule
         # made in Python near that year); show the slots that do exist rather than fail the request.
+        # A stored recurrence that no longer validates (a cron extension the strict dialect
+        # refuses, a time zone gone from tzdata) has no upcoming times: show none, not a 500.
         for count in range(5, 0, -1):
             try:
                 return [_datetime(t) for t in schedule_service.upcoming_fire_times(schedule, count)]
             except OverflowError:
                 continue
+            except ValidationError:
+                return []
         return []
 
     @extend_schema_field(LastRunSerializer(allow_null=True))

@@ -18,6 +18,7 @@ from django.db.models import Q
 
 from ..clock import iso_utc
 from ..conf import conf
+from ..errors import ValidationError
 from ..models import ACTIVE_STATES, EventType, Origin, Overlap, Run, RunState, Schedule
 from ..recurrence import plan_catch_up
 from . import events, pgarrays
@@ -88,14 +89,22 @@ def _tick_batch(
         busy = _schedules_with_active_runs([s.id for s in schedules if s.overlap == Overlap.SKIP])
         new_runs: list[NewRun] = []
         for schedule in schedules:
-            plan = plan_catch_up(
-                recurrence_of(schedule),
-                next_run_at=schedule.next_run_at,
-                now=now,
-                policy=schedule.catch_up,
-                max_catch_up=conf.MAX_CATCH_UP,
-                misfire_grace_seconds=conf.MISFIRE_GRACE_SECONDS,
-            )
+            try:
+                plan = plan_catch_up(
+                    recurrence_of(schedule),
+                    next_run_at=schedule.next_run_at,
+                    now=now,
+                    policy=schedule.catch_up,
+                    max_catch_up=conf.MAX_CATCH_UP,
+                    misfire_grace_seconds=conf.MISFIRE_GRACE_SECONDS,
+                )
+            except ValidationError as exc:
+                # A stored recurrence that no longer validates (e.g. a cron extension written
+                # before the strict dialect, or by SQL): skip it, so it shows as overdue, and
+                # keep ticking the others. next_run_at is written back unchanged.
+                logger.error("schedule skipped: invalid recurrence", extra={"distsched": {
+                    "schedule": schedule.name, "error": str(exc)}})
+                continue
             for index, slot in enumerate(plan.slots):
                 skip = schedule.overlap == Overlap.SKIP and schedule.id in busy
                 note = (f"catch-up={schedule.catch_up}: {plan.dropped} missed slot(s) not run"

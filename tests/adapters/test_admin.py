@@ -97,6 +97,14 @@ def test_schedule_change_page_shows_next_five_fire_times_and_recent_runs(staff, 
     assert 'id="distsched-pause"' in body and 'id="distsched-trigger"' in body
 
 
+def test_schedule_change_page_of_a_stored_cron_the_dialect_refuses(staff, make_schedule):
+    schedule = make_schedule("old", cron="0 3 * * *")
+    Schedule.objects.filter(pk=schedule.pk).update(cron="0 0 L * *")  # written before the strict dialect
+    response = staff.get(change_url(schedule))
+    assert response.status_code == 200
+    assert "none: invalid cron expression &#x27;0 0 L * *&#x27;: day-of-month field" in response.content.decode()
+
+
 def test_schedule_filters_and_search(staff, make_schedule):
     make_schedule("paused-one", paused=True)
     make_schedule("active-one", task_name="tests.echo")

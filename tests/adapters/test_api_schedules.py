@@ -223,6 +223,19 @@ def test_paused_once_schedule_that_has_fired_has_no_upcoming(api, api_clock, sch
     assert body["next_run_at"] is None and body["upcoming"] == []
 
 
+@pytest.mark.parametrize("stored", [{"cron": "0 R * * *"}, {"cron": "0 0 * * 5#3"}, {"timezone": "Mars/Olympus"}])
+def test_detail_of_a_stored_recurrence_that_no_longer_validates_has_no_upcoming(api, make_schedule, stored):
+    # Written before the strict cron dialect, or by SQL: the detail still loads (no 500).
+    make_schedule("old", cron="0 3 * * *")
+    Schedule.objects.filter(name="old").update(**stored)
+    response = api.get("/api/schedules/old")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["upcoming"] == []
+    assert {key: body[key] for key in stored} == stored
+    assert body["next_run_at"] is not None
+
+
 def test_dates_near_the_end_of_time_are_refused(api, make_schedule):
     # The service itself refuses them (recurrence arithmetic would overflow year 9999).
     with pytest.raises(ValidationError):

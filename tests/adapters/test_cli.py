@@ -160,6 +160,14 @@ def test_schedule_show(cli, cli_json, make_schedule, scheduler):
     assert error_of(cli, "schedule", "show", "nope") == "no schedule named 'nope'"
 
 
+def test_schedule_show_of_a_stored_cron_the_dialect_refuses(cli, cli_json, make_schedule):
+    make_schedule("old", cron="0 3 * * *")
+    Schedule.objects.filter(name="old").update(cron="0 R * * *")  # written before the strict dialect
+    out = cli("schedule", "show", "old")
+    assert "upcoming:     none (invalid cron expression '0 R * * *': hour field: 'R' is not a number" in out
+    assert cli_json("schedule", "show", "old")["upcoming"] == []
+
+
 def test_pause_resume_trigger(cli, cli_json, make_schedule, clock):
     make_schedule("s")
     assert cli("schedule", "pause", "s") == "paused schedule s\n"

@@ -219,3 +219,39 @@ def test_tick_inserts_more_runs_than_one_insert_chunk(scheduler, clock, monkeypa
     assert len(created) == 10
     assert sorted(r.pk for r in created) == list(Run.objects.order_by("id").values_list("id", flat=True))
     assert RunEvent.objects.filter(event_type=EventType.CREATED).count() == 10
+
+
+@pytest.mark.parametrize(("stored", "fix"), [
+    ({"cron": "0 R * * *"}, {"cron": "*/15 * * * *"}),
+    ({"cron": "0 0 L * *"}, {"cron": "*/15 * * * *"}),
+    ({"timezone": "Mars/Olympus"}, {"timezone": "UTC"}),
+])
+def test_a_stored_recurrence_that_no_longer_validates_is_skipped_and_the_others_tick(
+    scheduler, clock, caplog, stored, fix
+):
+    """A row the validation now refuses (a croniter extension stored before the strict
+    dialect, or anything written by SQL) must not stop the tick for every schedule."""
+    scheduler.create_schedule(name="a-good", task_name="tests.noop", interval_seconds=60)
+    scheduler.create_schedule(name="b-bad", task_name="tests.noop", cron="*/15 * * * *")
+    scheduler.create_schedule(name="c-good", task_name="tests.noop", cron="*/15 * * * *")
+    Schedule.objects.filter(name="b-bad").update(**stored)
+    stuck_at = Schedule.objects.get(name="b-bad").next_run_at
+    clock.advance(minutes=16)
+    with caplog.at_level("ERROR", logger="distsched"):
+        created = scheduler.tick()
+    assert sorted(run.schedule.name for run in created) == ["a-good", "c-good"]
+    assert not Run.objects.filter(schedule__name="b-bad").exists()
+    assert Schedule.objects.get(name="b-bad").next_run_at == stuck_at
+    [record] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.getMessage() == "schedule skipped: invalid recurrence"
+    assert record.distsched["schedule"] == "b-bad"
+    assert ("invalid cron expression" if "cron" in stored else "unknown time zone") in record.distsched["error"]
+    # It stays due, so the overdue figures (stats, metrics, dashboard) report it.
+    assert scheduler.stats().schedules_overdue == 1
+    clock.advance(minutes=15)
+    assert sorted(run.schedule.name for run in scheduler.tick()) == ["a-good", "c-good"]
+    # Fixing the row through the service puts it back on its slots.
+    scheduler.update_schedule("b-bad", **fix)
+    clock.advance(minutes=15)
+    assert sorted(run.schedule.name for run in scheduler.tick()) == ["a-good", "b-bad", "c-good"]
+    assert scheduler.stats().schedules_overdue == 0

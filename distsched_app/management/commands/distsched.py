@@ -22,7 +22,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from ...clock import Clock, system_clock
-from ...errors import DistschedError
+from ...errors import DistschedError, ValidationError
 from ...models import CatchUp, Overlap, RunState
 from ...services import maintenance, queries, runs, schedules, stats, workers
 from ...text import storable
@@ -154,7 +154,10 @@ def schedule_list(now: datetime, o: dict[str, Any]) -> Output:
 
 def schedule_show(now: datetime, o: dict[str, Any]) -> Output:
     s = schedules.get_schedule(o["name"])
-    upcoming = schedules.upcoming_fire_times(s, 5)
+    try:
+        upcoming, no_upcoming = schedules.upcoming_fire_times(s, 5), "none"
+    except ValidationError as exc:  # a stored recurrence the validation now refuses
+        upcoming, no_upcoming = [], f"none ({exc})"
     last = queries.last_run(s)
     document = records.schedule_record(s, upcoming=upcoming)
     document["last_run"] = None if last is None else {
@@ -167,7 +170,7 @@ def schedule_show(now: datetime, o: dict[str, Any]) -> Output:
              ("max_attempts", s.max_attempts),
              ("retry", f"base {s.retry_base_seconds:g}s, max {s.retry_max_seconds:g}s, jitter {s.retry_jitter:g}"),
              ("catch_up", s.catch_up), ("overlap", s.overlap), ("created_at", s.created_at),
-             ("updated_at", s.updated_at), ("upcoming", ", ".join(when(t) for t in upcoming)),
+             ("updated_at", s.updated_at), ("upcoming", ", ".join(when(t) for t in upcoming) or no_upcoming),
              ("last_run", None if last is None else f"{last.pk} {last.state} (slot {when(last.scheduled_for)})")]
     return document, key_values(pairs)
 
