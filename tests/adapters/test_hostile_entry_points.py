@@ -71,9 +71,12 @@ def body_with(**fields: str) -> str:
         ({"max_attempts": "1" + "0" * 400}, "max_attempts"),
         ({"interval_seconds": "1" + "0" * 400}, "interval_seconds"),
         ({"timezone": '"Europe/Paris"'}, "timezone"),
+        ({"interval_seconds": "null", "cron": '"0 R * * *"'}, "cron"),
+        ({"interval_seconds": "null", "cron": '"0 0 L * ?"'}, "cron"),
     ],
     ids=["name", "task", "kwargs-value", "kwargs-key", "args-nul", "nested-surrogate", "queue", "cron", "zone",
-         "huge-float", "huge-negative", "huge-int", "huge-interval", "zone-on-interval"],
+         "huge-float", "huge-negative", "huge-int", "huge-interval", "zone-on-interval", "cron-random",
+         "cron-quartz"],
 )
 def test_rest_create_refuses_each_class_with_a_field_error(root_api, fields, field):
     response = post_json_text(root_api, "/api/schedules", body_with(**fields))
@@ -127,6 +130,8 @@ def command_error(*args: str) -> str:
         ["schedule", "create", "s", "--task", "tests.noop", "--cron", "0 3 * * *", "--timezone", f"x{SURROGATE}"],
         ["schedule", "create", "s", "--task", "tests.noop", "--interval", "60", "--timezone", "Europe/Paris"],
         ["schedule", "create", "s", "--task", "tests.noop", "--interval", "9" * 400],
+        ["schedule", "create", "s", "--task", "tests.noop", "--cron", "0 R * * *"],
+        ["schedule", "create", "s", "--task", "tests.noop", "--cron", "0 0 1W * *"],
         ["schedule", "create", "s", "--task", "tests.noop", "--interval", "60", "--max-attempts", "9" * 400],
         ["schedule", "show", f"s{SURROGATE}"],
         ["schedule", "pause", "s\x00"],
@@ -205,6 +210,8 @@ def schedule_form(**overrides: str) -> dict[str, str]:
         ({"max_attempts": "9" * 30}, "max_attempts"),
         ({"interval_seconds": "9" * 30}, "interval_seconds"),
         ({"timezone": "Europe/Paris"}, "timezone"),
+        ({"interval_seconds": "", "cron": "0 R * * *"}, "cron"),
+        ({"interval_seconds": "", "cron": "0 0 * * 5#3"}, "cron"),
     ],
 )
 def test_admin_form_refuses_each_class_on_its_field(staff, overrides, field):
