@@ -17,6 +17,8 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 install: $(VENV)/.installed
 
 ## Migrate the SQLite database, then run the web server and one worker that also ticks.
+## Local development only: Django's debug mode (docs/deployment.md covers production).
+run: export DJANGO_DEBUG = 1
 run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py load_demo_schedules

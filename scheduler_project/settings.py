@@ -1,21 +1,47 @@
 """Settings for the ready-to-run distsched project.
 
+Everything a deployment changes comes from environment variables, read strictly
+by ``scheduler_project.env`` (a malformed value stops start-up with one line);
+``docs/deployment.md`` lists them with their defaults. ``DEBUG`` is off unless
+``DJANGO_DEBUG=1`` (``make run`` sets it), and with ``DEBUG`` off the security
+settings default to what production over HTTPS needs.
+
 The database comes from ``DATABASE_URL`` (default: a SQLite file next to
 manage.py). SQLite is tuned for several processes on one file: WAL journal,
 ``BEGIN IMMEDIATE`` transactions (so a claim takes the write lock up front
 instead of failing on upgrade) and a generous busy timeout.
 """
 
-import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from scheduler_project import env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me")
-DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
-ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,testserver").split(",")
+DEBUG = env.flag("DJANGO_DEBUG", default=False)
+
+# Without DJANGO_SECRET_KEY and with DEBUG off the key stays empty: workers and
+# commands that sign nothing run without it, and the web entry points refuse to
+# start (scheduler_project/startup.py says why there rather than here).
+DEVELOPMENT_SECRET_KEY = "django-insecure-development-only-key-never-use-in-production"
+SECRET_KEY = env.raw("DJANGO_SECRET_KEY") or (DEVELOPMENT_SECRET_KEY if DEBUG else "")
+
+ALLOWED_HOSTS = env.hosts("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.origins("DJANGO_CSRF_TRUSTED_ORIGINS")
+
+# HTTPS. Behind a TLS-terminating proxy, DJANGO_SECURE_PROXY_SSL_HEADER names the
+# header the proxy sets to "https"; without it every request looks like plain
+# HTTP and the SSL redirect would loop.
+SECURE_PROXY_SSL_HEADER = env.proxy_ssl_header("DJANGO_SECURE_PROXY_SSL_HEADER")
+SECURE_SSL_REDIRECT = env.flag("DJANGO_SECURE_SSL_REDIRECT", default=not DEBUG)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.flag("DJANGO_SECURE_COOKIES", default=not DEBUG)
+# HSTS is remembered by browsers for its whole duration, so it is opt-in.
+SECURE_HSTS_SECONDS = env.seconds("DJANGO_SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.flag("DJANGO_SECURE_HSTS_PRELOAD", default=False)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -80,11 +106,10 @@ def database_from_url(url: str) -> dict:
     return db
 
 
-DATABASES = {
-    "default": database_from_url(
-        os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'scheduler.sqlite3'}")
-    )
-}
+try:
+    DATABASES = {"default": database_from_url(env.raw("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'scheduler.sqlite3'}")}
+except ValueError as exc:  # dj-database-url's message names the unsupported scheme
+    raise ImproperlyConfigured(f"DATABASE_URL: {exc}") from exc
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -137,7 +162,7 @@ LOGGING = {
     "loggers": {
         "distsched": {
             "handlers": ["distsched_console"],
-            "level": os.environ.get("DISTSCHED_LOG_LEVEL", "INFO"),
+            "level": env.log_level("DISTSCHED_LOG_LEVEL", default="INFO"),
             "propagate": False,
         },
     },

@@ -1,8 +1,18 @@
-"""Test settings: the project's, plus a test app that registers test tasks."""
+"""Test settings: the project's, plus a test app that registers test tasks.
+
+The project's production defaults apply (DEBUG off, secure cookies), except the
+HTTPS redirect: the test client and the live server speak plain HTTP, and the
+test client's host name is allowed also outside pytest (bench/ uses these
+settings). ``tests/deployment`` checks the project's own settings in fresh
+processes.
+"""
 
 from scheduler_project.settings import *  # noqa: F403
-from scheduler_project.settings import INSTALLED_APPS
+from scheduler_project.settings import ALLOWED_HOSTS, INSTALLED_APPS
 
+SECRET_KEY = "tests-only-secret-key-not-for-any-deployment-0123456789abcdefghij"
+SECURE_SSL_REDIRECT = False
+ALLOWED_HOSTS = [*ALLOWED_HOSTS, "testserver"]
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DISTSCHED = {}

@@ -39,8 +39,11 @@ def test_commands_named_in_docs_exist():
 
 @pytest.mark.django_db
 def test_distsched_subcommands_in_docs_exist():
-    groups = {"schedule": {"create", "list", "show", "pause", "resume", "trigger"},
-              "run": {"list", "show", "cancel", "requeue"}, "worker": {"list"}}
+    groups = {
+        "schedule": {"create", "list", "show", "pause", "resume", "trigger"},
+        "run": {"list", "show", "cancel", "requeue"},
+        "worker": {"list"},
+    }
     for name, text in TEXT.items():
         for group, verb in re.findall(r"distsched (schedule|run|worker) ([a-z]+)", text):
             assert verb in groups[group], f"{name}: distsched {group} {verb}"
@@ -70,11 +73,42 @@ def test_metric_names_in_docs_are_served(client, settings):
     served = client.get("/metrics").content.decode()
     for name, text in TEXT.items():
         for metric in set(re.findall(r"\b(distsched_[a-z_]+)", text)):
-            if metric.startswith(("distsched_app", "distsched_demo", "distsched_ci", "distsched_bench",
-                                  "distsched_run_waiting", "distsched_run_leased", "distsched_sched_due",
-                                  "distsched_run_unique_slot", "distsched_run_state", "distsched_run_sched",
-                                  "distsched_event", "distsched_run_finished", "distsched_dashboard",
-                                  "distsched_run_idem")):
+            if metric.startswith(
+                (
+                    "distsched_app",
+                    "distsched_demo",
+                    "distsched_ci",
+                    "distsched_bench",
+                    "distsched_run_waiting",
+                    "distsched_run_leased",
+                    "distsched_sched_due",
+                    "distsched_run_unique_slot",
+                    "distsched_run_state",
+                    "distsched_run_sched",
+                    "distsched_event",
+                    "distsched_run_finished",
+                    "distsched_dashboard",
+                    "distsched_run_idem",
+                )
+            ):
                 continue  # app labels, databases, index and URL names
             base = re.sub(r"_(bucket|gcount|gsum)$", "", metric)
             assert base in served, f"{name} documents metric {metric}, which /metrics does not serve"
+
+
+def variables_read_by_the_project_settings() -> set[str]:
+    return set(re.findall(r'\benv\.\w+\("([A-Z_]+)"', (ROOT / "scheduler_project" / "settings.py").read_text()))
+
+
+def test_deployment_table_lists_exactly_the_variables_the_settings_read():
+    table = set(re.findall(r"^\| `([A-Z_]+)` \|", TEXT["deployment.md"], re.MULTILINE))
+    read = variables_read_by_the_project_settings()
+    assert "DJANGO_SECRET_KEY" in read and "DATABASE_URL" in read
+    assert table == read, table ^ read
+
+
+def test_django_variables_named_anywhere_are_read_by_the_settings():
+    read = variables_read_by_the_project_settings() | {"DJANGO_SETTINGS_MODULE"}  # Django's own
+    for name, text in TEXT.items():
+        for variable in set(re.findall(r"\b(DJANGO_[A-Z_]+)", text)):
+            assert variable in read, f"{name} mentions {variable}, which scheduler_project/settings.py does not read"
