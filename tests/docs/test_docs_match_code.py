@@ -59,9 +59,10 @@ def test_api_paths_in_docs_resolve():
         concrete = re.sub(r"\{[^}]+\}", "x", path).replace("/17", "/1").replace("nightly-report", "x")
         concrete = re.sub(r"/runs/x", "/runs/1", concrete)
         try:
-            resolve("/api" + concrete)
+            match = resolve("/api" + concrete)
         except Resolver404:
             pytest.fail(f"documented path /api{path} does not resolve")
+        assert match.url_name != "not-found", f"documented path /api{path} is no endpoint"
 
 
 @pytest.mark.django_db
