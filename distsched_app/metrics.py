@@ -17,8 +17,8 @@ events of a type); pruning history lowers them, which Prometheus' ``rate()``
 treats as a counter reset. For alerts, ``distsched_run_events_last_hour`` is a
 window that no prune or requeue disturbs.
 
-Access is the API's: authenticated staff (session or token), unless
-``DISTSCHED["METRICS_PUBLIC"]`` is true.
+Access: a token or session user with the ``distsched_app.view_metrics``
+permission, unless ``DISTSCHED["METRICS_PUBLIC"]`` is true.
 """
 
 from __future__ import annotations
@@ -33,11 +33,12 @@ from django.http import HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import BaseRenderer
 from rest_framework.views import APIView
 
-from .api.permissions import IsStaffReadChangeWrite
+from .api.permissions import METRICS, ModelPermissions
 from .clock import Clock, system_clock
 from .conf import conf
 from .models import EventType, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
@@ -297,9 +298,16 @@ class PlainTextNegotiation(BaseContentNegotiation):
 
 
 class MetricsView(APIView):
-    """``GET /metrics``: authenticated like the API, unless ``METRICS_PUBLIC``."""
+    """``GET /metrics``: needs ``distsched_app.view_metrics``, unless ``METRICS_PUBLIC``.
 
-    permission_classes = [IsStaffReadChangeWrite]
+    Authentication is set here, as on the API's views, so the host project's
+    ``REST_FRAMEWORK`` defaults play no part: token first, so an anonymous
+    scraper gets 401 with ``WWW-Authenticate: Token``.
+    """
+
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes = [ModelPermissions]
+    required_permissions = {"get": METRICS}
     renderer_classes = [PrometheusTextRenderer]
     content_negotiation_class = PlainTextNegotiation
     http_method_names = ["get", "head"]

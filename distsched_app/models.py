@@ -217,6 +217,7 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        permissions = [("view_metrics", "Can view the Prometheus metrics at /metrics")]
         constraints = [
             # Two tickers can never generate the same slot twice.
             models.UniqueConstraint(

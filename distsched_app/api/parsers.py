@@ -3,7 +3,7 @@
 DRF's ``JSONParser`` turns syntax errors into 400s, but not a body nested a few
 thousand levels deep (``RecursionError`` in the decoder, or later in any code
 that walks the data) nor ``1e999`` (which parses as infinity). This parser
-rejects both, and bodies larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE``, as 400s.
+rejects both as 400s, and bodies larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` as 413s.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 from rest_framework.utils.json import strict_constant
+
+from .errors import body_too_large
 
 MAX_DEPTH = 64
 
@@ -49,7 +51,7 @@ class BoundedJSONParser(JSONParser):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         raw = stream.read() if limit is None else stream.read(limit + 1)
         if limit is not None and len(raw) > limit:
-            raise ParseError(f"request body is larger than {limit} bytes")
+            raise body_too_large()
         try:
             text = codecs.decode(raw, encoding)
             data = json.loads(text, parse_constant=strict_constant, parse_float=_finite_float)

@@ -1,12 +1,14 @@
 """REST API routes, mounted under ``/api/`` by ``distsched_app.urls``.
 
 Every route answers with and without a trailing slash (``/?$``), so neither
-form redirects (a redirect would turn a POST into a GET in many clients).
+form redirects (a redirect would turn a POST into a GET in many clients). Any
+other path under ``/api/`` is the API's JSON 404, not Django's HTML page.
 """
 
 from django.urls import re_path
 from rest_framework.routers import SimpleRouter
 
+from .errors import not_found
 from .views import DocsView, RunViewSet, ScheduleViewSet, SchemaView, StatsView, WorkerViewSet
 
 app_name = "distsched_api"
@@ -22,4 +24,5 @@ urlpatterns = [
     re_path(r"^stats/?$", StatsView.as_view(), name="stats"),
     re_path(r"^schema/?$", SchemaView.as_view(), name="schema"),
     re_path(r"^docs/?$", DocsView.as_view(url_name="distsched_api:schema"), name="docs"),
+    re_path(r"", not_found, name="not-found"),  # last: whatever the routes above did not match
 ]

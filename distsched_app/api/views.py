@@ -10,10 +10,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.urls import NoReverseMatch, reverse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework import status, viewsets
+from rest_framework import exceptions, status, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -32,7 +35,7 @@ from .errors import error_responses, exception_handler
 from .filters import RunFilter, ScheduleFilter
 from .pagination import ByNamePagination, ByWorkerIdPagination, NewestFirstPagination, OldestFirstPagination
 from .parsers import BoundedJSONParser
-from .permissions import IsStaffReadChangeWrite
+from .permissions import ModelPermissions, may, may_read
 from .serializers import (
     RunEventSerializer,
     RunSerializer,
@@ -51,11 +54,16 @@ MAX_RUN_ID = 2**63 - 1
 
 
 class ApiView:
-    """What every endpoint shares: auth, permissions, JSON-only input, error mapping, the clock."""
+    """What every endpoint shares: auth, permissions, JSON-only input, error mapping, the clock.
+
+    Authentication is set here, not read from the host's ``REST_FRAMEWORK``, so
+    a host project needs no DRF settings for it.
+    """
 
     # Token first: an anonymous request then gets 401 with "WWW-Authenticate: Token", not a bare 403.
     authentication_classes = [TokenAuthentication, SessionAuthentication]
-    permission_classes = [IsStaffReadChangeWrite]
+    permission_classes = [ModelPermissions]
+    required_permissions: dict[str, tuple[str, ...]] | None = {}  # action -> any one of these (see permissions)
     parser_classes = [BoundedJSONParser]
     _now: datetime | None = None
 
@@ -144,9 +152,18 @@ ID_PARAM = OpenApiParameter(
     ),
 )
 class ScheduleViewSet(ApiView, viewsets.GenericViewSet):
-    """Schedules, addressed by their unique name. Writes need the `change_schedule` permission."""
+    """Schedules, addressed by their unique name."""
 
-    permission_model = "schedule"
+    required_permissions = {
+        "list": may_read("schedule"),
+        "retrieve": may_read("schedule"),
+        "create": may("add", "schedule"),
+        "partial_update": may("change", "schedule"),
+        "pause": may("change", "schedule"),
+        "resume": may("change", "schedule"),
+        "trigger": may("change", "schedule"),
+        "destroy": may("delete", "schedule"),
+    }
     queryset = Schedule.objects.all()
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
@@ -231,9 +248,15 @@ class ScheduleViewSet(ApiView, viewsets.GenericViewSet):
     ),
 )
 class RunViewSet(ApiView, viewsets.GenericViewSet):
-    """Runs: one execution record each, with its event history. Writes need the `change_run` permission."""
+    """Runs: one execution record each, with its event history."""
 
-    permission_model = "run"
+    required_permissions = {
+        "list": may_read("run"),
+        "retrieve": may_read("run"),
+        "events": may_read("run"),
+        "cancel": may("change", "run"),
+        "requeue": may("change", "run"),
+    }
     queryset = Run.objects.all()
     lookup_url_kwarg = "id"
     lookup_value_regex = "[^/]+"
@@ -288,6 +311,7 @@ class RunViewSet(ApiView, viewsets.GenericViewSet):
 class WorkerViewSet(ApiView, viewsets.GenericViewSet):
     """Worker processes; `stale` when not stopped and silent for longer than STALE_AFTER_SECONDS."""
 
+    required_permissions = {"list": may_read("worker")}
     queryset = Worker.objects.all()
     pagination_class = ByWorkerIdPagination
     serializer_class = WorkerSerializer
@@ -298,7 +322,13 @@ class WorkerViewSet(ApiView, viewsets.GenericViewSet):
 
 
 class StatsView(ApiView, APIView):
-    """Figures for operators: the numbers behind the admin dashboard and /metrics."""
+    """Figures for operators: the numbers behind the admin dashboard and /metrics.
+
+    Mostly about runs (counts by state, recent failures with their errors), so
+    reading them needs what reading runs needs.
+    """
+
+    required_permissions = {"get": may_read("run")}
 
     @extend_schema(
         operation_id="stats", summary="Run counts by state, schedules, workers, recent failures",
@@ -309,8 +339,28 @@ class StatsView(ApiView, APIView):
 
 
 class SchemaView(ApiView, SpectacularAPIView):
-    """The OpenAPI 3 document (YAML; JSON with ?format=json), for the same staff who may use the API."""
+    """The OpenAPI 3 document (YAML; JSON with ?format=json), for users holding any distsched permission."""
+
+    required_permissions = None
+
+
+def login_url() -> str:
+    """The admin's login page where the host mounted the admin, else ``settings.LOGIN_URL``."""
+    try:
+        return reverse("admin:login")
+    except NoReverseMatch:
+        return str(settings.LOGIN_URL)
 
 
 class DocsView(ApiView, SpectacularSwaggerView):
-    """Swagger UI; its JavaScript and CSS come from drf-spectacular-sidecar's static files, not a CDN."""
+    """Swagger UI; its JavaScript and CSS come from drf-spectacular-sidecar's static files, not a CDN.
+
+    A browser without a session is sent to the admin login, which brings it back here.
+    """
+
+    required_permissions = None
+
+    def handle_exception(self, exc: Exception) -> Any:
+        if isinstance(exc, exceptions.NotAuthenticated):
+            return redirect_to_login(self.request.get_full_path(), login_url())
+        return super().handle_exception(exc)

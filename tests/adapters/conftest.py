@@ -58,10 +58,21 @@ def token_client():
     return make
 
 
+OPERATOR_PERMS = [
+    "view_schedule",
+    "add_schedule",
+    "change_schedule",
+    "delete_schedule",
+    "view_run",
+    "change_run",
+    "view_worker",
+]
+
+
 @pytest.fixture
 def operator(make_api_user):
-    """Staff with the change permissions on schedules and runs."""
-    return make_api_user("operator", staff=True, perms=["change_schedule", "change_run"])
+    """Staff who may do everything the API offers: read, create, change, act on and delete."""
+    return make_api_user("operator", staff=True, perms=OPERATOR_PERMS)
 
 
 @pytest.fixture

@@ -1,55 +1,199 @@
-"""REST API access: token and session auth; staff read; change permissions write."""
+"""REST API and /metrics access: token and session auth; Django model permissions per action.
+
+``test_permission_matrix`` walks every endpoint and method with every kind of
+user and asserts the exact status, and for a refused write that nothing changed.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.test import APIClient
 
-from distsched_app.models import Run, RunState, Schedule
+from distsched_app.metrics import MetricsView
+from distsched_app.models import Run, RunEvent, Schedule
 
 pytestmark = pytest.mark.django_db
 
+VIEW_ALL = ["view_schedule", "view_run", "view_worker"]
+
+# name -> make_api_user options (None: no credentials at all)
+ROLES = {
+    "anonymous": None,
+    "no_perms": {"staff": True},
+    "viewer": {"staff": True, "perms": VIEW_ALL},
+    "viewer_not_staff": {"perms": VIEW_ALL},
+    "schedule_viewer": {"staff": True, "perms": ["view_schedule"]},
+    "changer": {"staff": True, "perms": ["change_schedule", "change_run", "change_worker"]},
+    "adder": {"staff": True, "perms": ["add_schedule"]},
+    "deleter": {"staff": True, "perms": ["delete_schedule"]},
+    "metrics": {"perms": ["view_metrics"]},
+    "superuser": {"superuser": True},
+}
+AUTHENTICATED = set(ROLES) - {"anonymous"}
+READ_SCHEDULES = {"viewer", "viewer_not_staff", "schedule_viewer", "changer", "superuser"}  # change implies view
+READ_RUNS = {"viewer", "viewer_not_staff", "changer", "superuser"}
+ANY_PERMISSION = AUTHENTICATED - {"no_perms"}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    url: str  # {run} / {cancelled}: the pending / the cancelled run's id
+    allowed: set[str]  # roles that succeed
+    ok: int  # their status
+    body: dict | None = None
+    writes: bool = False
+    anonymous: int = 401
+
+
+ENDPOINTS = {
+    "schedules-list": Endpoint("get", "/api/schedules", READ_SCHEDULES, 200),
+    "schedules-retrieve": Endpoint("get", "/api/schedules/s1", READ_SCHEDULES, 200),
+    "schedules-create": Endpoint(
+        "post",
+        "/api/schedules",
+        {"adder", "superuser"},
+        201,
+        body={"name": "s2", "task_name": "tests.noop", "interval_seconds": 60},
+        writes=True,
+    ),
+    "schedules-patch": Endpoint(
+        "patch", "/api/schedules/s1", {"changer", "superuser"}, 200, body={"max_attempts": 9}, writes=True
+    ),
+    "schedules-delete": Endpoint("delete", "/api/schedules/s1", {"deleter", "superuser"}, 204, writes=True),
+    "schedules-pause": Endpoint("post", "/api/schedules/s1/pause", {"changer", "superuser"}, 200, writes=True),
+    "schedules-resume": Endpoint("post", "/api/schedules/p1/resume", {"changer", "superuser"}, 200, writes=True),
+    "schedules-trigger": Endpoint("post", "/api/schedules/s1/trigger", {"changer", "superuser"}, 201, writes=True),
+    "runs-list": Endpoint("get", "/api/runs", READ_RUNS, 200),
+    "runs-retrieve": Endpoint("get", "/api/runs/{run}", READ_RUNS, 200),
+    "runs-events": Endpoint("get", "/api/runs/{run}/events", READ_RUNS, 200),
+    "runs-cancel": Endpoint("post", "/api/runs/{run}/cancel", {"changer", "superuser"}, 200, writes=True),
+    "runs-requeue": Endpoint("post", "/api/runs/{cancelled}/requeue", {"changer", "superuser"}, 200, writes=True),
+    "workers": Endpoint("get", "/api/workers", READ_RUNS, 200),  # the same roles hold view/change_worker
+    "stats": Endpoint("get", "/api/stats", READ_RUNS, 200),  # stats need what reading runs needs
+    "schema": Endpoint("get", "/api/schema?format=json", ANY_PERMISSION, 200),
+    "docs": Endpoint("get", "/api/docs", ANY_PERMISSION, 200, anonymous=302),
+    "metrics": Endpoint("get", "/metrics", {"metrics", "superuser"}, 200),
+}
+
 
 @pytest.fixture
-def world(api_clock, scheduler, make_schedule):
-    """One schedule with one pending run; returns the read URLs and the write requests."""
+def world(api_clock, scheduler, make_schedule, monkeypatch):
+    """s1 with a pending run, p1 paused, a cancelled run of s1; returns the runs' ids."""
+    monkeypatch.setattr(MetricsView, "clock", api_clock)
     make_schedule("s1")
+    make_schedule("p1")
+    scheduler.pause("p1")
     [run] = scheduler.tick()
-    reads = [
-        "/api/schedules", "/api/schedules/s1", "/api/runs", f"/api/runs/{run.pk}", f"/api/runs/{run.pk}/events",
-        "/api/workers", "/api/stats", "/api/schema", "/api/docs",
-    ]
-    schedule_writes = [
-        ("post", "/api/schedules", {"name": "s2", "task_name": "tests.noop", "interval_seconds": 60}),
-        ("patch", "/api/schedules/s1", {"max_attempts": 9}),
-        ("post", "/api/schedules/s1/pause", None),
-        ("post", "/api/schedules/s1/resume", None),
-        ("post", "/api/schedules/s1/trigger", None),
-        ("delete", "/api/schedules/s1", None),
-    ]
-    run_writes = [("post", f"/api/runs/{run.pk}/cancel", None), ("post", f"/api/runs/{run.pk}/requeue", None)]
-    return {"reads": reads, "schedule_writes": schedule_writes, "run_writes": run_writes, "run": run}
+    cancelled = scheduler.cancel_run(scheduler.trigger("s1").pk)
+    return {"run": run.pk, "cancelled": cancelled.pk}
 
 
-def call(client, method, url, body=None):
+def snapshot() -> tuple:
+    """Everything a write could change."""
+    schedules = list(Schedule.objects.order_by("name").values_list("name", "max_attempts", "paused", "next_run_at"))
+    runs = list(Run.objects.order_by("id").values_list("id", "state", "cancel_requested", "max_attempts"))
+    return schedules, runs, RunEvent.objects.count()
+
+
+def client_for(role: str, make_api_user, token_client) -> APIClient:
+    options = ROLES[role]
+    return token_client() if options is None else token_client(make_api_user(role, **options))
+
+
+def call(client: APIClient, method: str, url: str, body: dict | None = None):
     return getattr(client, method)(url, body, format="json") if body is not None else getattr(client, method)(url)
 
 
-def test_anonymous_gets_401_with_a_token_challenge(world):
-    client = APIClient()
-    for url in world["reads"]:
-        response = client.get(url)
-        assert response.status_code == 401, url
+@pytest.mark.parametrize("role", list(ROLES))
+@pytest.mark.parametrize("name", list(ENDPOINTS))
+def test_permission_matrix(world, make_api_user, token_client, name, role):
+    endpoint = ENDPOINTS[name]
+    client = client_for(role, make_api_user, token_client)
+    before = snapshot()
+    response = call(client, endpoint.method, endpoint.url.format(**world), endpoint.body)
+    if role == "anonymous":
+        expected = endpoint.anonymous
+    else:
+        expected = endpoint.ok if role in endpoint.allowed else 403
+    assert response.status_code == expected, response.content
+    if expected == 401:
         assert response["WWW-Authenticate"] == "Token"
-    for method, url, body in world["schedule_writes"] + world["run_writes"]:
-        assert call(client, method, url, body).status_code == 401, (method, url)
-    assert Schedule.objects.count() == 1 and Run.objects.get().state == RunState.PENDING
+    if expected == 302:
+        assert response["Location"] == "/admin/login/?next=/api/docs"
+    if expected in (401, 403) and name not in ("docs", "metrics"):
+        assert set(response.json()) == {"detail"}
+    if endpoint.writes:
+        assert (snapshot() == before) == (expected != endpoint.ok), "a refused write changed something"
+
+
+def routed_views() -> dict[type, set[tuple[str, str]]]:
+    """Every DRF view in the URLconf -> its (method, action) pairs (HEAD aside: it is the GET)."""
+    found: dict[type, set[tuple[str, str]]] = {}
+
+    def walk(patterns):
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                walk(pattern.url_patterns)
+            elif isinstance(pattern, URLPattern) and hasattr(pattern.callback, "cls"):
+                actions = getattr(pattern.callback, "actions", None) or {"get": "get"}
+                found.setdefault(pattern.callback.cls, set()).update(
+                    (method, action) for method, action in actions.items() if method != "head"
+                )
+
+    walk(get_resolver().url_patterns)
+    return found
+
+
+def test_every_endpoint_of_the_api_is_in_the_matrix():
+    """A new route cannot slip past the matrix: every routed action is listed above."""
+    routes = {cls.__name__: actions for cls, actions in routed_views().items()}
+    assert routes == {
+        "ScheduleViewSet": {
+            ("get", "list"),
+            ("post", "create"),
+            ("get", "retrieve"),
+            ("patch", "partial_update"),
+            ("delete", "destroy"),
+            ("post", "pause"),
+            ("post", "resume"),
+            ("post", "trigger"),
+        },
+        "RunViewSet": {
+            ("get", "list"),
+            ("get", "retrieve"),
+            ("get", "events"),
+            ("post", "cancel"),
+            ("post", "requeue"),
+        },
+        "WorkerViewSet": {("get", "list")},
+        "StatsView": {("get", "get")},
+        "SchemaView": {("get", "get")},
+        "DocsView": {("get", "get")},
+        "MetricsView": {("get", "get")},
+    }
+    assert len(ENDPOINTS) == sum(len(actions) for actions in routes.values())
+
+
+def test_authentication_is_set_on_every_view_not_read_from_settings():
+    """Token then session on every view, /metrics included, whatever the host's REST_FRAMEWORK says."""
+    views = routed_views()
+    assert MetricsView in views and len(views) == 7
+    for cls in views:
+        assert cls.authentication_classes == [TokenAuthentication, SessionAuthentication], cls
 
 
 def test_a_bad_token_is_401(world):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION="Token not-a-real-token")
-    assert client.get("/api/schedules").status_code == 401
+    for url in ("/api/schedules", "/metrics", "/api/docs"):
+        response = client.get(url)
+        assert response.status_code == 401, url
+        assert response["WWW-Authenticate"] == "Token"
 
 
 def test_an_inactive_users_token_is_401(world, make_api_user, token_client):
@@ -60,56 +204,37 @@ def test_an_inactive_users_token_is_401(world, make_api_user, token_client):
     assert client.get("/api/schedules").status_code == 401
 
 
-def test_non_staff_is_403(world, make_api_user, token_client):
-    client = token_client(make_api_user("visitor", perms=["change_schedule", "change_run"]))
-    for url in world["reads"]:
-        assert client.get(url).status_code == 403, url
-    for method, url, body in world["schedule_writes"] + world["run_writes"]:
-        assert call(client, method, url, body).status_code == 403, (method, url)
+def test_head_and_options_need_what_reading_needs(world, make_api_user, token_client):
+    reader = token_client(make_api_user("reader", perms=["view_schedule"]))
+    adder = token_client(make_api_user("adder", perms=["add_schedule"]))
+    for url in ("/api/schedules", "/api/schedules/s1"):
+        assert reader.head(url).status_code == 200, url
+        assert reader.options(url).status_code == 200, url
+        assert adder.head(url).status_code == 403, url
+        assert adder.options(url).status_code == 403, url
+    assert reader.head("/api/stats").status_code == 403
 
 
-def test_staff_without_permissions_may_read_but_not_write(world, make_api_user, token_client):
-    client = token_client(make_api_user("reader", staff=True))
-    for url in world["reads"]:
-        assert client.get(url).status_code == 200, url
-    for method, url, body in world["schedule_writes"] + world["run_writes"]:
-        response = call(client, method, url, body)
-        assert response.status_code == 403, (method, url)
-        assert "detail" in response.json()
-    schedule = Schedule.objects.get()
-    assert (schedule.max_attempts, schedule.paused) == (3, False)
-    assert Run.objects.get().state == RunState.PENDING
+def test_a_method_not_offered_is_405_for_any_authenticated_user(world, make_api_user, token_client):
+    for user in (make_api_user("nobody", staff=True), make_api_user("root", superuser=True)):
+        client = token_client(user)
+        assert client.put("/api/schedules/s1", {"max_attempts": 9}).status_code == 405
+        assert client.delete("/api/runs").status_code == 405
+    assert token_client().put("/api/schedules/s1", {"max_attempts": 9}).status_code == 401
+    assert Schedule.objects.get(name="s1").max_attempts == 3
 
 
-def test_change_schedule_does_not_grant_run_actions(world, make_api_user, token_client):
-    client = token_client(make_api_user("planner", staff=True, perms=["change_schedule"]))
-    assert call(client, *world["schedule_writes"][1]).status_code == 200
-    assert call(client, *world["schedule_writes"][4]).status_code == 201
-    assert call(client, *world["run_writes"][0]).status_code == 403
+def test_permissions_come_through_groups_too(world, make_api_user, token_client):
+    from django.contrib.auth.models import Group, Permission
 
-
-def test_change_run_does_not_grant_schedule_writes(world, make_api_user, token_client):
-    client = token_client(make_api_user("runner", staff=True, perms=["change_run"]))
-    assert call(client, *world["run_writes"][0]).status_code == 200
-    assert call(client, *world["schedule_writes"][0]).status_code == 403
-
-
-@pytest.mark.parametrize("who", ["operator", "superuser"])
-def test_permitted_staff_may_do_everything(world, make_api_user, token_client, operator, who):
-    user = operator if who == "operator" else make_api_user("root", superuser=True)
+    operators = Group.objects.create(name="operators")
+    operators.permissions.add(Permission.objects.get(codename="change_schedule"))
+    user = make_api_user("member")
+    user.groups.add(operators)
     client = token_client(user)
-    for url in world["reads"]:
-        assert client.get(url).status_code == 200, url
-    expected = [201, 200, 200, 200, 201, 204]
-    assert [call(client, *w).status_code for w in world["schedule_writes"]] == expected
-    run = world["run"]
-    # That run was deleted with its schedule: cancel and requeue a fresh one of "s2".
-    run = Run.objects.create(
-        schedule=Schedule.objects.get(name="s2"), task_name="tests.noop", scheduled_for=run.scheduled_for,
-        available_at=run.available_at, idempotency_key="k", created_at=run.created_at, updated_at=run.updated_at,
-    )
-    assert client.post(f"/api/runs/{run.pk}/cancel").status_code == 200
-    assert client.post(f"/api/runs/{run.pk}/requeue").status_code == 200
+    assert client.post("/api/schedules/s1/pause").status_code == 200
+    assert client.get("/api/schedules/s1").json()["paused"] is True  # change implies view
+    assert client.get("/api/runs").status_code == 403
 
 
 def test_session_authentication(world, operator):
@@ -126,4 +251,16 @@ def test_session_writes_need_the_csrf_token(world, operator):
     response = client.post("/api/schedules/s1/pause")
     assert response.status_code == 403
     assert "CSRF" in response.json()["detail"]
-    assert not Schedule.objects.get().paused
+    assert not Schedule.objects.get(name="s1").paused
+
+
+def test_docs_redirect_keeps_the_query_and_comes_back_after_login(world, operator):
+    client = APIClient()
+    response = client.get("/api/docs/?lang=en")
+    assert response.status_code == 302
+    assert response["Location"] == "/admin/login/?next=/api/docs/%3Flang%3Den"
+    login = client.post(
+        "/admin/login/?next=/api/docs/", {"username": "operator", "password": "pw-operator", "next": "/api/docs/"}
+    )
+    assert (login.status_code, login["Location"]) == (302, "/api/docs/")
+    assert client.get("/api/docs/").status_code == 200

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.core.exceptions import RequestDataTooBig
 from rest_framework import exceptions
 
 from distsched_app import errors
-from distsched_app.api.errors import Conflict, translate
+from distsched_app.api.errors import Conflict, PayloadTooLarge, exception_handler, translate
 from distsched_app.models import Schedule
 
 pytestmark = pytest.mark.django_db
@@ -35,10 +36,12 @@ def post_raw(api, body: bytes | str, content_type: str = "application/json", url
     ],
     ids=["truncated", "trailing-comma", "single-quotes", "nan", "infinity", "1e999", "5000-digits", "deep", "latin1"],
 )
-def test_unparseable_json_is_400(api, body):
+def test_unparseable_json_is_400_with_the_field_error_shape(api, body):
     response = post_raw(api, body)
     assert response.status_code == 400
-    assert response.json()["detail"].startswith("JSON parse error")
+    [message] = response.json()["non_field_errors"]
+    assert set(response.json()) == {"non_field_errors"}
+    assert message.startswith("JSON parse error")
     assert not Schedule.objects.exists()
 
 
@@ -47,7 +50,7 @@ def test_json_nested_beyond_the_parser_limit_is_400(api):
     for _ in range(70):
         kwargs = {"k": kwargs}
     response = post_raw(api, json.dumps({**VALID, "kwargs": kwargs}))
-    assert response.status_code == 400 and "nested deeper" in response.json()["detail"]
+    assert response.status_code == 400 and "nested deeper" in response.json()["non_field_errors"][0]
 
 
 def test_payload_deeper_than_the_service_allows_is_a_field_error(api):
@@ -58,10 +61,20 @@ def test_payload_deeper_than_the_service_allows_is_a_field_error(api):
     assert response.status_code == 400 and "kwargs" in response.json()
 
 
-def test_oversized_body_is_400(api, settings):
+def test_oversized_body_is_413(api, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
     response = post_raw(api, json.dumps({**VALID, "kwargs": {"blob": "x" * 20_000}}))
-    assert response.status_code == 400 and "larger than" in response.json()["detail"]
+    assert response.status_code == 413
+    assert response.json() == {"detail": "request body is larger than 10000 bytes"}
+    assert not Schedule.objects.exists()
+
+
+def test_djangos_request_data_too_big_is_413_too(settings):
+    """Raised when something reads the body before the parser does (a host's middleware, say)."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1_000
+    response = exception_handler(RequestDataTooBig("Request body exceeded settings.DATA_UPLOAD_MAX_MEMORY_SIZE."), {})
+    assert response.status_code == 413
+    assert response.data == {"detail": "request body is larger than 1000 bytes"}
 
 
 def test_payload_larger_than_the_service_allows_is_a_field_error(api, settings):
@@ -85,6 +98,7 @@ def test_bodies_that_are_not_json_are_415(api, content_type):
 def test_bodies_that_are_not_objects_are_400(api, body):
     response = post_raw(api, body)
     assert response.status_code == 400
+    assert all(isinstance(messages, list) for messages in response.json().values()), response.json()
 
 
 @pytest.mark.parametrize(
@@ -157,5 +171,7 @@ def test_translate_maps_every_typed_error():
     assert isinstance(translate(errors.RunNotFound("gone")), exceptions.NotFound)
     assert isinstance(translate(errors.InvalidStateTransition("no")), Conflict)
     assert translate(errors.DuplicateTask("twice")).detail == {"non_field_errors": ["twice"]}
+    too_big = translate(RequestDataTooBig("Request body exceeded settings.DATA_UPLOAD_MAX_MEMORY_SIZE."))
+    assert isinstance(too_big, PayloadTooLarge) and too_big.status_code == 413
     other = ValueError("not ours")
     assert translate(other) is other

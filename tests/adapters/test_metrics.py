@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.authtoken.models import Token
@@ -24,8 +25,11 @@ def fake_time(monkeypatch, clock):
 
 
 @pytest.fixture
-def staff(db):
-    return get_user_model().objects.create_user("ops", password="pw", is_staff=True)
+def scraper(db):
+    """A user holding the metrics permission, and no other (not staff: it needs no admin login)."""
+    user = get_user_model().objects.create_user("ops", password="pw")
+    user.user_permissions.add(Permission.objects.get(codename="view_metrics", content_type__app_label="distsched_app"))
+    return user
 
 
 @pytest.fixture
@@ -50,30 +54,42 @@ def sample(values: dict, name: str, **labels: str) -> float:
 # --------------------------------------------------------------------------- auth
 
 
-def test_anonymous_is_refused(client):
+def test_anonymous_is_401_with_a_token_challenge(client):
     response = client.get("/metrics")
-    assert response.status_code in (401, 403)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"
     assert response["Content-Type"].startswith("text/plain")
     assert response.content.decode().count("\n") == 1
     assert b"distsched_" not in response.content
 
 
-def test_non_staff_is_refused(client):
-    user = get_user_model().objects.create_user("viewer", password="pw")
+def test_users_without_the_metrics_permission_are_refused(client):
+    everything_else = Permission.objects.filter(content_type__app_label="distsched_app").exclude(
+        codename="view_metrics"
+    )
+    user = get_user_model().objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.add(*everything_else)
     client.force_login(user)
     assert client.get("/metrics").status_code == 403
 
 
-def test_staff_session_and_token(client, staff):
-    client.force_login(staff)
+def test_metrics_permission_by_session_and_token(client, scraper):
+    client.force_login(scraper)
     response = client.get("/metrics")
     assert response.status_code == 200
     assert response["Content-Type"] == CONTENT_TYPE_LATEST
     assert "distsched_runs" in parse(response)[0]
     client.logout()
-    token = Token.objects.create(user=staff)
+    token = Token.objects.create(user=scraper)
     assert client.get("/metrics/", HTTP_AUTHORIZATION=f"Token {token.key}").status_code == 200
-    assert client.get("/metrics", HTTP_AUTHORIZATION="Token not-a-token").status_code in (401, 403)
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Token not-a-token")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"
+
+
+def test_superusers_may_scrape(client, django_user_model):
+    client.force_login(django_user_model.objects.create_superuser("root", password="pw"))
+    assert client.get("/metrics").status_code == 200
 
 
 def test_public_metrics_need_no_credentials(client, public):
@@ -91,12 +107,12 @@ def test_any_accept_header_gets_prometheus_text(client, public):
         assert response["Content-Type"] == CONTENT_TYPE_LATEST
 
 
-def test_only_get_and_head(client, staff):
-    client.force_login(staff)
+def test_only_get_and_head(client, scraper):
+    client.force_login(scraper)
     assert client.head("/metrics").status_code == 200
     assert client.post("/metrics").status_code == 405
     client.logout()
-    assert client.post("/metrics").status_code in (401, 403)
+    assert client.post("/metrics").status_code == 401
 
 
 # ------------------------------------------------------------------------ content

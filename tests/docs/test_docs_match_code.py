@@ -25,7 +25,7 @@ def test_every_setting_is_documented_and_every_documented_setting_exists():
 def test_settings_named_anywhere_exist():
     for name, text in TEXT.items():
         for key in re.findall(r'DISTSCHED\[\s*"([A-Z_]+)"\s*\]', text) + re.findall(r'"([A-Z_]{6,})":', text):
-            if key.startswith(("DISTSCHED", "DATABASE", "REST", "DEFAULT")):
+            if key.startswith(("DISTSCHED", "DATABASE", "REST", "DEFAULT", "SWAGGER")):
                 continue
             assert key in DEFAULTS, f"{name} mentions unknown setting {key}"
 
@@ -62,9 +62,10 @@ def test_api_paths_in_docs_resolve():
         concrete = re.sub(r"\{[^}]+\}", "x", path).replace("/17", "/1").replace("nightly-report", "x")
         concrete = re.sub(r"/runs/x", "/runs/1", concrete)
         try:
-            resolve("/api" + concrete)
+            match = resolve("/api" + concrete)
         except Resolver404:
             pytest.fail(f"documented path /api{path} does not resolve")
+        assert match.url_name != "not-found", f"documented path /api{path} is no endpoint"
 
 
 @pytest.mark.django_db
