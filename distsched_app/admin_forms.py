@@ -13,7 +13,7 @@ from typing import Any
 
 from django import forms
 
-from . import admin_support
+from .clock import current_clock
 from .conf import conf
 from .errors import DistschedError
 from .models import Schedule
@@ -99,7 +99,7 @@ class ScheduleAdminForm(forms.ModelForm):
             if self.adding:
                 validate_name(cleaned.get("name"))
             validate_schedule_fields(
-                self.service_fields(), now=self.now or admin_support.clock.now(),
+                self.service_fields(), now=self.now or current_clock().now(),
                 check_run_at=self.adding or "run_at" in self.changed_data,
             )
         except DistschedError as exc:

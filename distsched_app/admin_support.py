@@ -19,11 +19,8 @@ from django.http import Http404, HttpRequest, HttpResponseNotAllowed, HttpRespon
 from django.urls import path
 
 from .admin_display import change_url
-from .clock import Clock, system_clock
+from .clock import current_clock
 from .errors import DistschedError, NotFound
-
-# The admin's clock. Tests replace it with a FakeClock (``monkeypatch.setattr``).
-clock: Clock = system_clock
 
 # An action applies a service to each selected row in one request; beyond this
 # many rows the request would time out, so the operator is sent to the CLI/API.
@@ -35,7 +32,7 @@ def request_now(request: HttpRequest) -> datetime:
     """The clock, read once per request and shared by every admin method that needs "now"."""
     now = getattr(request, "_distsched_now", None)
     if now is None:
-        now = clock.now()
+        now = current_clock().now()
         request._distsched_now = now  # type: ignore[attr-defined]
     return now
 

@@ -1,12 +1,17 @@
 """Time, injected: the only place that reads the real clock.
 
-Services, the tick and the worker take a ``Clock`` and call ``now()`` once
-per operation; tests pass a ``FakeClock`` and move time by hand.
+Services, the tick and the worker take a ``Clock`` (or ``now``) and call
+``now()`` once per operation; tests pass a ``FakeClock`` and move time by hand.
+Adapters (API, admin, metrics, commands) have no constructor to take a clock
+through, so they all read ``current_clock()``: the system clock, unless a test
+installed another with ``use_clock()``. One accessor, one thing to fake.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Protocol, runtime_checkable
 
@@ -58,6 +63,23 @@ class FakeClock:
 
 
 system_clock = SystemClock()
+_installed: Clock | None = None
+
+
+def current_clock() -> Clock:
+    """The clock every adapter and command reads: the system clock unless ``use_clock`` installed one."""
+    return _installed or system_clock
+
+
+@contextmanager
+def use_clock(clock: Clock) -> Iterator[Clock]:
+    """Make ``current_clock()`` return ``clock`` inside the block (tests: a ``FakeClock``)."""
+    global _installed
+    previous, _installed = _installed, clock
+    try:
+        yield clock
+    finally:
+        _installed = previous
 
 
 def iso_utc(moment: datetime) -> str:

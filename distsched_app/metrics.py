@@ -39,7 +39,7 @@ from rest_framework.renderers import BaseRenderer
 from rest_framework.views import APIView
 
 from .api.permissions import METRICS, ModelPermissions
-from .clock import Clock, system_clock
+from .clock import Clock, current_clock
 from .conf import conf
 from .models import EventType, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
 from .services.stats import Microseconds, run_counts
@@ -186,7 +186,7 @@ class DistschedCollector(Collector):
     """
 
     def __init__(self, clock: Clock | None = None) -> None:
-        self.clock = clock or system_clock
+        self.clock = clock or current_clock()
 
     def describe(self) -> list[Metric]:
         return []  # no query at registration time
@@ -312,7 +312,6 @@ class MetricsView(APIView):
     content_negotiation_class = PlainTextNegotiation
     http_method_names = ["get", "head"]
     schema = None  # not part of the REST API's OpenAPI document
-    clock: Clock = system_clock  # tests may set a FakeClock
 
     def get_authenticators(self) -> list:
         # Public metrics skip authentication entirely, so a stale token or
@@ -324,7 +323,7 @@ class MetricsView(APIView):
 
     def get(self, request: Any) -> HttpResponse:
         registry = CollectorRegistry()
-        registry.register(DistschedCollector(self.clock))
+        registry.register(DistschedCollector(current_clock()))
         return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from .clock import Clock, system_clock
+from .clock import Clock, current_clock
 from .models import Run, Schedule
 from .services import claiming, runs, schedules, stats, tick
 from .services.stats import Stats
@@ -18,7 +18,7 @@ from .worker import Worker
 
 class Scheduler:
     def __init__(self, *, clock: Clock | None = None) -> None:
-        self.clock = clock or system_clock
+        self.clock = clock or current_clock()
 
     def now(self) -> datetime:
         return self.clock.now()

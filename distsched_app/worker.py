@@ -31,7 +31,7 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
 
-from .clock import Clock, SystemClock, system_clock
+from .clock import Clock, SystemClock, current_clock
 from .conf import RANGES, conf
 from .context import RunContext
 from .errors import RunCancelled
@@ -156,7 +156,7 @@ class Worker:
         self.with_tick = with_tick
         self.prefetch = int(_option(prefetch, "PREFETCH", "prefetch"))
         self.concurrency = bounded_int(concurrency, field="concurrency", low=1, high=MAX_CONCURRENCY)
-        self.clock = clock or system_clock
+        self.clock = clock or current_clock()
         self.registry = registry or default_registry
         self.executed = 0
         self._registered = False

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import pytest
 from django.db import connection
 
 from distsched_app import FakeClock, Scheduler
+from distsched_app.clock import use_clock
 from tests.testapp import tasks as test_tasks
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
@@ -18,8 +20,10 @@ def is_postgres() -> bool:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(T0)
+def clock() -> Iterator[FakeClock]:
+    """A FakeClock at T0, also installed as the clock every adapter and command reads."""
+    with use_clock(FakeClock(T0)) as fake:
+        yield fake
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """REST endpoints: thin adapters that parse input, call one service, and render.
 
-Each request reads the clock once (``ApiView.now``) from the module-level
-``clock``, which tests replace with a ``FakeClock``. Typed errors raised by the
+Each request reads the clock once (``ApiView.now``, from ``clock.current_clock``).
+Typed errors raised by the
 services become 400/404/409 in ``api.errors``; no scheduling rule lives here.
 """
 
@@ -23,7 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..clock import Clock, system_clock
+from ..clock import current_clock
 from ..errors import RunNotFound
 from ..models import Run, Schedule, Worker
 from ..services import queries
@@ -46,9 +46,6 @@ from .serializers import (
     StatsSerializer,
     WorkerSerializer,
 )
-
-# The clock every API request reads (once). Tests: monkeypatch.setattr(views, "clock", FakeClock(...)).
-clock: Clock = system_clock
 
 MAX_RUN_ID = 2**63 - 1
 
@@ -73,7 +70,7 @@ class ApiView:
     def now(self) -> datetime:
         """The request's single reading of the clock."""
         if self._now is None:
-            self._now = clock.now()
+            self._now = current_clock().now()
         return self._now
 
 

@@ -12,13 +12,10 @@ from django.db import close_old_connections
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from distsched_app.api import views as api_views
-
 
 @pytest.fixture
-def api_clock(clock, monkeypatch):
-    """The API reads this FakeClock (the same one the ``scheduler`` fixture uses)."""
-    monkeypatch.setattr(api_views, "clock", clock)
+def api_clock(clock):
+    """The API reads this FakeClock (the ``clock`` fixture installs it for every adapter)."""
     return clock
 
 

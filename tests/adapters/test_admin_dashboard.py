@@ -8,7 +8,6 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from django.urls import reverse
 
-from distsched_app import admin_support
 from distsched_app.dashboard import build_chart, grid_steps, nice_ceiling
 from distsched_app.models import Worker, WorkerStatus
 from distsched_app.services import dashboard, workers
@@ -22,7 +21,6 @@ DASHBOARD = reverse("admin:distsched_dashboard")
 
 @pytest.fixture
 def staff(admin_client, clock, monkeypatch):
-    monkeypatch.setattr(admin_support, "clock", clock)
     return admin_client
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from distsched_app import admin_support
 from distsched_app.admin_lists import LargeTablePaginator
 from distsched_app.models import Run
 from distsched_app.services import workers
@@ -25,7 +24,6 @@ SESSION = 2  # session row + user row
 
 @pytest.fixture
 def staff(admin_client, clock, monkeypatch):
-    monkeypatch.setattr(admin_support, "clock", clock)
     return admin_client
 
 

@@ -84,7 +84,6 @@ ENDPOINTS = {
 @pytest.fixture
 def world(api_clock, scheduler, make_schedule, monkeypatch):
     """s1 with a pending run, p1 paused, a cancelled run of s1; returns the runs' ids."""
-    monkeypatch.setattr(MetricsView, "clock", api_clock)
     make_schedule("s1")
     make_schedule("p1")
     scheduler.pause("p1")

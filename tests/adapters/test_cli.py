@@ -24,7 +24,6 @@ def cli(clock):
 
     def run(*args: str) -> str:
         command = Command()
-        command.clock = clock
         out, err = StringIO(), StringIO()
         call_command(command, *args, stdout=out, stderr=err)
         assert err.getvalue() == ""

@@ -20,7 +20,6 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.urls import reverse
 
-from distsched_app import admin_support
 from distsched_app.management.commands.distsched import Command
 from distsched_app.models import Schedule, Worker
 from distsched_app.services import workers
@@ -186,7 +185,6 @@ def test_undecodable_bytes_in_a_real_process_argv_give_one_line_and_exit_1():
 
 @pytest.fixture
 def staff(admin_client, clock, monkeypatch):
-    monkeypatch.setattr(admin_support, "clock", clock)
     return admin_client
 
 
@@ -280,7 +278,6 @@ def test_poison_rows_render_in_the_admin(staff, poison_rows):
 @pytest.mark.parametrize("as_json", [False, True])
 def test_poison_rows_render_in_the_cli(poison_rows, clock, args, as_json):
     command = Command()
-    command.clock = clock
     out = StringIO()
     argv = [str(poison_rows.pk) if a == "RUN" else a for a in args] + (["--json"] if as_json else [])
     call_command(command, *argv, stdout=out, stderr=StringIO())

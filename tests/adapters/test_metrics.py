@@ -11,7 +11,6 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.authtoken.models import Token
 
-from distsched_app.metrics import MetricsView
 from distsched_app.models import EventType, Origin, Run, RunState, Schedule, WorkerStatus
 from distsched_app.services import events, workers
 from tests.conftest import T0
@@ -20,8 +19,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def fake_time(monkeypatch, clock):
-    monkeypatch.setattr(MetricsView, "clock", clock)
+def fake_time(clock):
+    """Scrapes read the test's FakeClock (installed by the ``clock`` fixture)."""
+    return clock
 
 
 @pytest.fixture

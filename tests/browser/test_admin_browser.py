@@ -17,7 +17,6 @@ import pytest
 from django.db import connections
 from django.urls import reverse
 
-from distsched_app import admin_support
 from distsched_app.models import Run, RunState, Schedule
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -34,7 +33,6 @@ PASSWORD = "browser-test-password"
 @pytest.fixture
 def history(scheduler, make_schedule, clock, monkeypatch):
     """A day of activity under the fake clock, which the admin (in the live server thread) reads too."""
-    monkeypatch.setattr(admin_support, "clock", clock)
     make_schedule("reports", interval_seconds=1800)
     make_schedule("flaky-sync", task_name="tests.fail", interval_seconds=3600, max_attempts=2,
                   retry_base_seconds=60)

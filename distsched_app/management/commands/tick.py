@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, connection
 
-from ...clock import system_clock
+from ...clock import current_clock
 from ...conf import conf
 from ...services.tick import tick
 from ..base import DistschedCommand, seconds_up_to
@@ -29,7 +29,7 @@ class Command(DistschedCommand):
         if options["interval"] is not None and not options["loop"]:
             self.stderr.write("--interval only applies with --loop; ticking once")
         if not options["loop"]:
-            created = tick(now=system_clock.now())
+            created = tick(now=current_clock().now())
             self.stdout.write(f"created {len(created)} run(s)")
             return
         interval = options["interval"] or conf.POLL_INTERVAL
@@ -39,7 +39,7 @@ class Command(DistschedCommand):
         backoff = interval
         while not stop.is_set():
             try:
-                tick(now=system_clock.now())
+                tick(now=current_clock().now())
                 backoff = interval
             except (OperationalError, InterfaceError) as exc:
                 logger.warning("database error in tick loop; backing off",
