@@ -64,13 +64,13 @@ def retry_transient(
     backoff: Backoff,
     give_up: Callable[[int, float], bool],
     on_retry: Callable[[BaseException, float], object] = lambda exc, delay: None,
-    wait: Callable[[float], object] = time.sleep,
+    wait: Callable[[float], object] | None = None,
 ) -> T:
     """Call ``fn`` until it returns, retrying transient database errors.
 
     ``give_up(tries, elapsed_seconds)`` decides when to stop: the last transient
     error is then raised. ``on_retry(error, delay)`` is told before each wait
-    (to log it); ``wait`` sleeps (a stop event's ``wait`` ends it early).
+    (to log it); ``wait`` sleeps (default ``time.sleep``; a stop event's ``wait`` ends it early).
     """
     tries = 0
     start = time.monotonic()
@@ -84,4 +84,4 @@ def retry_transient(
                 raise
             delay = backoff.next_delay()
             on_retry(exc, delay)
-            wait(delay)
+            (wait or time.sleep)(delay)

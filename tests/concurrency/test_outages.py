@@ -19,8 +19,8 @@ from django.db import connection
 from django.db.backends.signals import connection_created
 from django.db.models import Count
 
-from distsched_app import worker as worker_module
 from distsched_app.clock import system_clock
+from distsched_app.db import retry as retry_module
 from distsched_app.models import TERMINAL_STATES, EventType, Run, RunEvent, RunState, Worker
 from distsched_app.services import schedules as schedule_service
 from tests.concurrency.procs import LoggedProcesses, finish, wait_for
@@ -99,7 +99,7 @@ def test_workers_survive_repeated_backend_terminations(scheduler, clock, tmp_pat
 
 
 class _FastTime:
-    """Stands in for the ``time`` module inside the worker: sleeping advances a fake monotonic clock."""
+    """Stands in for the ``time`` module of the retry helper: sleeping advances a fake monotonic clock."""
 
     def __init__(self) -> None:
         self.offset = 0.0
@@ -137,7 +137,7 @@ def test_sqlite_disk_full_leaves_the_run_to_lease_expiry_and_the_worker_serving(
     # Leave free pages in the file (as earlier deletions would): the hook must not let the result reuse them.
     scheduler.create_schedule(name="freed", task_name="tests.noop", interval_seconds=60, kwargs={"b": "y" * 60_000})
     scheduler.delete_schedule("freed")
-    monkeypatch.setattr(worker_module, "time", _FastTime())  # the retries back off without real waiting
+    monkeypatch.setattr(retry_module, "time", _FastTime())  # the retries back off without real waiting
     test_tasks.HOOKS["fill"] = hook
     scheduler.create_schedule(name="full", task_name="tests.hook", interval_seconds=3600,
                               kwargs={"name": "fill"}, max_attempts=3)

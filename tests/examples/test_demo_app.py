@@ -61,7 +61,7 @@ def test_long_report_stops_when_cancelled(scheduler):
                               kwargs={"steps": 3, "step_seconds": 0})
     [run] = scheduler.tick()
     worker = scheduler.worker(worker_id="w", heartbeat_seconds=3600)
-    claimed = worker._claim(1)
+    claimed = worker.loop.claim(1)
     scheduler.cancel_run(run.pk)  # requested while it runs
     execution = worker.execute(claimed[0])
     assert execution.state == RunState.CANCELLED

@@ -27,7 +27,7 @@ def make_runs(scheduler, n: int, task: str = "tests.noop", **kwargs) -> None:
 def test_prefetched_batch_keeps_full_history_and_own_attempts(scheduler):
     make_runs(scheduler, 10)
     worker = scheduler.worker(worker_id="w", prefetch=4, heartbeat_seconds=3600)
-    worker._avg_duration = 0.0  # tasks known to be quick: prefetch from the first claim
+    worker.pace.observe(0.0)  # tasks known to be quick: prefetch from the first claim
     assert worker.run(burst=True, install_signals=False) == 10
     claims = RunEvent.objects.filter(event_type=EventType.CLAIMED).order_by("id")
     # 10 runs claimed in batches of at most 4: several runs share a claim instant.
@@ -42,15 +42,15 @@ def test_prefetched_batch_keeps_full_history_and_own_attempts(scheduler):
 def test_slow_tasks_are_not_prefetched(scheduler):
     make_runs(scheduler, 3)
     worker = scheduler.worker(worker_id="w", prefetch=8, heartbeat_seconds=3600)
-    worker._avg_duration = 1.0  # recent tasks were slow
-    assert worker._batch_size(None) == 1
+    worker.pace.observe(1.0)  # recent tasks were slow
+    assert worker.pace.batch_size(worker.prefetch) == 1
 
 
 @pytest.mark.django_db
 def test_heartbeat_renews_every_held_run(scheduler, clock):
     make_runs(scheduler, 3)
     worker = scheduler.worker(worker_id="w", prefetch=3, lease_seconds=10, heartbeat_seconds=3600)
-    worker._hold(worker._claim(3))
+    worker.held.hold(worker.loop.claim(3))
     clock.advance(seconds=8)
     worker.heartbeat()
     assert set(Run.objects.values_list("lease_expires_at", flat=True)) == {clock.now() + timedelta(seconds=10)}
@@ -61,7 +61,7 @@ def test_heartbeat_renews_every_held_run(scheduler, clock):
 def test_stop_releases_unstarted_prefetched_runs(scheduler):
     make_runs(scheduler, 4, task="tests.hook", kwargs={"name": "stop"})
     worker = scheduler.worker(worker_id="w", prefetch=4, heartbeat_seconds=3600)
-    worker._avg_duration = 0.0
+    worker.pace.observe(0.0)
     test_tasks.HOOKS["stop"] = lambda context: worker.request_stop()
     assert worker.run(install_signals=False) == 1
     assert Run.objects.filter(state=RunState.SUCCEEDED).count() == 1
@@ -76,12 +76,12 @@ def test_stop_releases_unstarted_prefetched_runs(scheduler):
 def test_prefetched_run_cancelled_before_start_never_executes(scheduler):
     make_runs(scheduler, 2, task="tests.echo")
     worker = scheduler.worker(worker_id="w", prefetch=2, heartbeat_seconds=3600)
-    first, second = worker._hold(worker._claim(2))
+    first, second = worker.held.hold(worker.loop.claim(2))
     scheduler.cancel_run(second.run.pk)
     worker.heartbeat()  # learns about the cancel request
     for attempt in (first, second):
-        worker._run_task(attempt)
-        worker._finish(attempt, flush=True)
+        worker.loop.call(attempt)
+        worker.recorder.finish(attempt, flush=True)
     assert len(test_tasks.CALLS) == 1
     second.run.refresh_from_db()
     assert second.run.state == RunState.CANCELLED

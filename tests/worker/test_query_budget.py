@@ -17,8 +17,8 @@ def queries_to_drain(scheduler, n: int, prefetch: int) -> int:
     scheduler.tick()
     worker = scheduler.worker(worker_id=f"w{n}", prefetch=prefetch, heartbeat_seconds=3600)
     worker.register()
-    worker._avg_duration = 0.0  # known-quick tasks: full batches from the first claim
-    worker._next_expired_check = float("inf")  # lease recovery is periodic, not per batch
+    worker.pace.observe(0.0)  # known-quick tasks: full batches from the first claim
+    worker.loop.next_expired_check = float("inf")  # lease recovery is periodic, not per batch
     with CaptureQueriesContext(connection) as captured:
         assert worker.run(burst=True, install_signals=False) == n
     return len(captured)

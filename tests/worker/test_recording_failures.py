@@ -153,7 +153,7 @@ def test_marking_a_prefetched_run_running_that_fails_is_survived(scheduler, monk
         scheduler.create_schedule(name=name, task_name="tests.hook", interval_seconds=3600, kwargs={"name": "beat"})
     scheduler.tick()
     worker = scheduler.worker(worker_id="w1", lease_seconds=LEASE, heartbeat_seconds=3600, prefetch=2)
-    worker._avg_duration = 0.0  # quick tasks: the second run is prefetched (leased, not yet running)
+    worker.pace.observe(0.0)  # quick tasks: the second run is prefetched (leased, not yet running)
     failing_once(monkeypatch, outcomes, "mark_running", boom(kind))
     test_tasks.HOOKS["beat"] = lambda context: worker.heartbeat()
     assert worker.run(max_runs=2, burst=True, install_signals=False) == 2
@@ -169,7 +169,7 @@ def test_releasing_unstarted_runs_that_fails_leaves_them_to_lease_expiry(schedul
         scheduler.create_schedule(name=name, task_name="tests.hook", interval_seconds=3600, kwargs={"name": "stop"})
     scheduler.tick()
     worker = scheduler.worker(worker_id="w1", lease_seconds=LEASE, heartbeat_seconds=3600, prefetch=3)
-    worker._avg_duration = 0.0
+    worker.pace.observe(0.0)
     failing_once(monkeypatch, outcomes, "release_runs", boom(kind))
     test_tasks.HOOKS["stop"] = lambda context: worker.request_stop()
     assert worker.run(burst=True, install_signals=False) == 1
@@ -195,7 +195,7 @@ def test_one_unrecordable_success_does_not_cost_the_rest_of_its_batch(scheduler,
 
     monkeypatch.setattr(outcomes, "record_successes", record_successes)
     worker = scheduler.worker(worker_id="w1", lease_seconds=LEASE, heartbeat_seconds=3600, prefetch=4)
-    worker._avg_duration = 0.0
+    worker.pace.observe(0.0)
     assert worker.run(burst=True, install_signals=False) == 4
     states = dict(Run.objects.values_list("schedule__name", "state"))
     assert states.pop("s2") == RunState.LEASED  # prefetched, executed, not recorded: still ours

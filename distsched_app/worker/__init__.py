@@ -1,0 +1,173 @@
+"""The worker runtime: claims runs under a lease, executes them, records the outcome, repeats.
+
+    loop       claim, execute, record: one loop body for 1..N task threads; idle waits
+    held       the runs in hand and what is known of them, behind one lock
+    execute    one task call, capturing what it returns or raises
+    recorder   outcomes through the fenced services; buffered successes; never stops the worker
+    heartbeat  the thread that keeps the worker row fresh and the leases alive
+    signals    SIGTERM/SIGINT: finish the runs in hand, then stop
+
+The worker only calls services: every rule (what a claim takes, what an
+outcome writes, when a run retries) lives there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from ..clock import Clock, SystemClock, current_clock
+from ..conf import RANGES, conf
+from ..models import Run
+from ..registry import TaskRegistry
+from ..registry import registry as default_registry
+from ..services import workers
+from ..services.validation import bounded_float, bounded_int, validate_queue, validate_worker_id
+from ..text import storable
+from .execute import Execution, describe_exception, format_traceback
+from .heartbeat import Heartbeat
+from .held import Held
+from .loop import Loop, Pace
+from .recorder import Recorder
+
+__all__ = ["Execution", "Worker", "default_worker_id", "describe_exception", "format_traceback"]
+
+logger = logging.getLogger("distsched")
+
+MAX_CONCURRENCY = 256
+
+
+def default_worker_id() -> str:
+    # A hostname may hold anything and be up to 253 characters: keep the id storable and short.
+    host = storable(socket.gethostname()).replace(" ", "_")[:150] or "host"
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def _option(value: float | None, setting: str, field: str) -> float:
+    """A worker option, or its setting's value, within the setting's range (``conf.RANGES``)."""
+    kind, low, high = RANGES[setting]
+    chosen = getattr(conf, setting) if value is None else value
+    if kind is int:
+        return bounded_int(chosen, field=field, low=int(low), high=int(high))
+    return bounded_float(chosen, field=field, low=low, high=high)
+
+
+class Worker:
+    """Executes runs from the given queues: ``run_once()``, or ``run()`` until stopped."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: str | None = None,
+        queues: Sequence[str] | None = None,
+        lease_seconds: float | None = None,
+        poll_interval: float | None = None,
+        heartbeat_seconds: float | None = None,
+        with_tick: bool = False,
+        prefetch: int | None = None,
+        concurrency: int = 1,
+        clock: Clock | None = None,
+        registry: TaskRegistry | None = None,
+    ) -> None:
+        # Checked here, with typed errors: a bad option must fail the start, not the loop.
+        self.worker_id = validate_worker_id(worker_id) if worker_id else default_worker_id()
+        self.queues = [validate_queue(q, field="queues") for q in queues] if queues else ["default"]
+        self.lease_seconds = _option(lease_seconds, "LEASE_SECONDS", "lease_seconds")
+        self.poll_interval = _option(poll_interval, "POLL_INTERVAL", "poll_interval")
+        self.heartbeat_seconds = _option(heartbeat_seconds, "HEARTBEAT_SECONDS", "heartbeat_seconds")
+        self.with_tick = with_tick
+        self.prefetch = int(_option(prefetch, "PREFETCH", "prefetch"))
+        self.concurrency = bounded_int(concurrency, field="concurrency", low=1, high=MAX_CONCURRENCY)
+        self.clock = clock or current_clock()
+        self.registry = registry or default_registry
+        self.registered = False
+        self.hard_stopped = False  # a second signal: give up retries, exit now
+        self._stop = threading.Event()
+        self.held = Held()
+        self.recorder = Recorder(self)
+        self.heartbeat_thread = Heartbeat(self)
+        self.loop = Loop(self)
+
+    # -- state ----------------------------------------------------------------------
+
+    @property
+    def executed(self) -> int:
+        """Task calls completed by this worker since it was created."""
+        return self.held.executed
+
+    @property
+    def pace(self) -> Pace:
+        """How quick recent tasks were: quick ones (under 50 ms) are prefetched in batches."""
+        return self.loop.pace
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def request_stop(self) -> None:
+        """Finish the current run(s), claim nothing more. Safe from a signal handler."""
+        self._stop.set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``, waking at once on a stop request."""
+        return self._stop.wait(seconds)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def register(self) -> None:
+        workers.register_worker(worker_id=self.worker_id, hostname=socket.gethostname(), pid=os.getpid(),
+                                queues=self.queues, now=self.clock.now())
+        self.registered = True
+        self.log(logging.INFO, "worker started", queues=",".join(self.queues), lease=self.lease_seconds,
+                 prefetch=self.prefetch, concurrency=self.concurrency)
+        skew = self.check_clock_skew()
+        if skew is not None:
+            workers.heartbeat(worker_id=self.worker_id, now=self.clock.now(), clock_skew_seconds=skew)
+
+    def check_clock_skew(self) -> float | None:
+        """Compare this machine's clock with the database's (PostgreSQL); warn past the limit."""
+        if not isinstance(self.clock, SystemClock):
+            return None  # an injected clock is the test's business
+        skew = workers.measure_clock_skew()
+        if skew is not None and abs(skew) > conf.MAX_CLOCK_SKEW_SECONDS:
+            self.log(logging.WARNING, "clock skew with the database exceeds MAX_CLOCK_SKEW_SECONDS",
+                     skew_seconds=f"{skew:.3f}", limit=conf.MAX_CLOCK_SKEW_SECONDS)
+        return skew
+
+    def heartbeat(self) -> None:
+        """Refresh the worker row; renew the lease of every run held (fenced); show a
+        prefetched run that has been executing for a while as running."""
+        self.heartbeat_thread.beat()
+
+    # -- running --------------------------------------------------------------------
+
+    def run(self, *, max_runs: int | None = None, burst: bool = False, install_signals: bool = True) -> int:
+        """Serve until stopped (signal or ``request_stop``), ``max_runs`` executions,
+        or, with ``burst``, until nothing is due. Returns the number executed."""
+        return self.loop.run(max_runs=max_runs, burst=burst, install_signals=install_signals)
+
+    def run_once(self) -> Execution | None:
+        """Claim and execute at most one due run; None when nothing is due."""
+        return self.loop.run_once()
+
+    def execute(self, run: Run) -> Execution:
+        """Execute a run this worker has just claimed, and record its outcome."""
+        return self.loop.execute(self.held.hold([run])[0], flush=True)
+
+    def flush(self) -> set[int] | None:
+        """Write buffered successes now (see ``Recorder.flush``)."""
+        return self.recorder.flush()
+
+    # -- logging --------------------------------------------------------------------
+
+    def log(self, level: int, message: str, **fields: Any) -> None:
+        if logger.isEnabledFor(level):
+            data: dict[str, Any] = {"worker_id": self.worker_id}
+            # Task errors reach log lines too: escaped, so no handler's encoder can fail on them.
+            data.update({k: storable(v) if isinstance(v, str) else v for k, v in fields.items() if v is not None})
+            logger.log(level, message, extra={"distsched": data})

@@ -1,0 +1,335 @@
+"""The worker loop: claim, execute outside any transaction, record, repeat.
+
+One loop body whatever the concurrency. With one slot, the task runs in the
+loop's own thread and, while tasks are quick, runs are claimed in batches of
+up to ``prefetch`` (one transaction, each run with its own lease and attempt)
+and their successes written in one transaction per batch. With N slots, tasks
+run in a pool of N threads and each claim fills the free slots. Throughput
+comes from amortising transactions, not from weakening them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from django.db import close_old_connections
+
+from ..context import RunContext
+from ..db.retry import Backoff, is_transient, reset_connection, retry_transient
+from ..models import Run, WorkerStatus
+from ..services import claiming, workers
+from ..services import runs as run_service
+from ..services import tick as tick_service
+from . import signals
+from .execute import Attempt, Execution, call_task, describe_exception
+
+if TYPE_CHECKING:
+    from . import Worker
+
+# Prefetch only while tasks are quick: a slow task would hold prefetched runs
+# that idle workers could be running.
+FAST_TASK_SECONDS = 0.05
+# How often the lease-recovery query runs (it need not run on every claim).
+EXPIRED_CHECK_SECONDS = 1.0
+# An idle worker expects another process to tick a due slot within this long,
+# and polls for its run every TICKER_POLL_SECONDS meanwhile.
+TICKER_GRACE_SECONDS = 2.0
+TICKER_POLL_SECONDS = 0.02
+# A running task asks the database whether it was cancelled at most this often.
+CANCEL_PROBE_SECONDS = 1.0
+
+
+class Pace:
+    """How long tasks take lately (a moving average), which decides whether to prefetch."""
+
+    def __init__(self) -> None:
+        self.average: float | None = None
+
+    def observe(self, seconds: float) -> None:
+        self.average = seconds if self.average is None else 0.8 * self.average + 0.2 * seconds
+
+    def batch_size(self, prefetch: int, remaining: int | None = None) -> int:
+        size = prefetch if self.average is not None and self.average < FAST_TASK_SECONDS else 1
+        return max(1, min(size, remaining)) if remaining is not None else size
+
+
+class Loop:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.pace = Pace()
+        self._pace_lock = threading.Lock()
+        self._next_tick = 0.0
+        # Monotonic time of the next lease-recovery query (it runs about once a second).
+        self.next_expired_check = 0.0
+
+    # -- entry points -------------------------------------------------------------
+
+    def run(self, *, max_runs: int | None, burst: bool, install_signals: bool) -> int:
+        w = self.worker
+        restore = signals.install(w) if install_signals else None
+        before = w.executed
+        try:
+            self._retry_db(w.register, attempts=None)
+            with w.heartbeat_thread.running():
+                self.serve(max_runs=max_runs, burst=burst)
+        finally:
+            w.recorder.flush()
+            self._retry_db(lambda: workers.set_status(
+                worker_id=w.worker_id, status=WorkerStatus.STOPPED, now=w.clock.now(), runs_executed=w.executed),
+                attempts=3)
+            w.log(logging.INFO, "worker stopped", executed=w.executed - before)
+            if restore:
+                restore()
+        return w.executed - before
+
+    def run_once(self) -> Execution | None:
+        w = self.worker
+        if not w.registered:
+            w.register()
+        with w.heartbeat_thread.running():
+            self.maybe_tick(force=True)
+            runs = self.claim(1, force_expired=True)
+            if not runs:
+                return None
+            return self.execute(w.held.hold(runs)[0], flush=True)
+
+    def execute(self, attempt: Attempt, *, flush: bool) -> Execution:
+        """Call the attempt's task, then record (a success is buffered unless ``flush``)."""
+        self.call(attempt)
+        return self.worker.recorder.finish(attempt, flush=flush)
+
+    # -- the loop body ------------------------------------------------------------
+
+    def serve(self, *, max_runs: int | None, burst: bool) -> None:
+        """Until stopped, ``max_runs`` runs claimed, or (``burst``) nothing is due."""
+        w = self.worker
+        backoff = Backoff()
+        claimed = 0
+        with _slots(self) as slots:
+            while True:
+                room = None if max_runs is None else max_runs - claimed
+                free = slots.free()
+                if not w.stopping and free and (room is None or room > 0):
+                    if slots.inline:
+                        limit = self.pace.batch_size(w.prefetch, room)
+                    else:
+                        limit = free if room is None else min(free, room)
+                    runs = self._claim_or_back_off(limit, backoff, start_all=not slots.inline)
+                    if runs is None:
+                        continue
+                    if runs:
+                        claimed += len(runs)
+                        slots.start(w.held.hold(runs))
+                    elif not slots.busy():
+                        w.recorder.flush()
+                        if burst:
+                            break
+                        self.idle_wait()
+                        continue
+                elif not slots.busy():
+                    break  # stopping, or max_runs claimed, and nothing left in flight
+                slots.collect(timeout=w.poll_interval)
+                if w.recorder.flush_due() or not slots.busy():
+                    w.recorder.flush()
+
+    def call(self, attempt: Attempt) -> None:
+        """Call the task (never raises) and keep the pace."""
+        w = self.worker
+        run = attempt.run
+        cancelled_before = w.held.start(attempt.run_id)
+        context = RunContext(
+            run_id=run.pk, schedule_id=run.schedule_id, schedule_name=run.schedule.name, worker_id=w.worker_id,
+            scheduled_for=run.scheduled_for, attempt=run.attempts, idempotency_key=run.idempotency_key,
+            _cancel_probe=self._cancel_probe(run.pk),
+        )
+        call_task(attempt, registry=w.registry, context=context, clock=w.clock, cancelled_before_start=cancelled_before)
+        with self._pace_lock:
+            self.pace.observe(attempt.duration)
+        w.held.stop(attempt.run_id)
+
+    # -- claiming -----------------------------------------------------------------
+
+    def claim(self, limit: int, *, force_expired: bool = False, start_all: bool = False) -> list[Run]:
+        """Claim up to ``limit`` runs (expired leases are looked for about once a second)."""
+        w = self.worker
+        check_expired = force_expired or time.monotonic() >= self.next_expired_check
+        runs = claiming.claim_runs(
+            worker_id=w.worker_id, queues=w.queues, lease_seconds=w.lease_seconds, now=w.clock.now(), limit=limit,
+            include_expired=check_expired, start_all=start_all,
+        )
+        if check_expired:
+            self.next_expired_check = time.monotonic() + EXPIRED_CHECK_SECONDS
+        if not check_expired and len(runs) < limit:
+            self.next_expired_check = 0.0  # idle soon: look for abandoned runs on the next claim
+        return runs
+
+    def _claim_or_back_off(self, limit: int, backoff: Backoff, *, start_all: bool) -> list[Run] | None:
+        """Claim a batch; on an error (the database, a stored row) wait and return None."""
+        w = self.worker
+        try:
+            self.maybe_tick()
+            runs = self.claim(limit, start_all=start_all)
+        except Exception as exc:  # noqa: BLE001 - logged and retried with backoff; never stops the worker
+            delay = backoff.next_delay()
+            w.log(logging.WARNING if is_transient(exc) else logging.ERROR, "error in worker loop; backing off",
+                  error=describe_exception(exc), retry_in=f"{delay:.1f}")
+            reset_connection()
+            w.wait(delay)
+            return None
+        backoff.reset()
+        return runs
+
+    def maybe_tick(self, force: bool = False) -> None:
+        w = self.worker
+        if not w.with_tick or (not force and time.monotonic() < self._next_tick):
+            return
+        self._next_tick = time.monotonic() + w.poll_interval
+        tick_service.tick(now=w.clock.now())
+
+    def idle_wait(self) -> None:
+        """Sleep until the next run or schedule slot is due, at most one poll interval.
+
+        A slot that has come but whose run does not exist yet is being ticked by
+        another process any moment: poll briefly for it, unless it has been
+        overdue for long (then no ticker runs and short polls would only burn CPU).
+        """
+        w = self.worker
+        delay = w.poll_interval
+        now = w.clock.now()
+        try:
+            due = claiming.next_due(queues=w.queues)
+        except Exception:  # noqa: BLE001 - then wait a full poll interval; the next claim reports the error
+            reset_connection()
+            due = claiming.NextDue(run=None, schedule=None)
+        if due.run is not None:
+            delay = min(delay, max(0.0, (due.run - now).total_seconds()) + 0.001)
+        if due.schedule is not None:
+            ahead = (due.schedule - now).total_seconds()
+            if ahead > 0:
+                delay = min(delay, ahead + 0.001)
+            elif ahead > -TICKER_GRACE_SECONDS:
+                delay = min(delay, 0.0 if w.with_tick else TICKER_POLL_SECONDS)
+            if w.with_tick and ahead < delay + 0.001:
+                self._next_tick = 0.0  # tick as soon as we wake: the due slot is why we woke
+        if delay > 0:
+            w.wait(delay)
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _cancel_probe(self, run_id: int) -> Callable[[], bool]:
+        held = self.worker.held
+        last_check = [0.0]
+
+        def probe() -> bool:
+            if held.cancel_requested(run_id):
+                return True
+            # Ask the database at most once a second; the heartbeat also refreshes it.
+            if time.monotonic() - last_check[0] >= CANCEL_PROBE_SECONDS:
+                last_check[0] = time.monotonic()
+                try:
+                    flag = run_service.cancel_requested(run_id)
+                except Exception:  # noqa: BLE001 - task code calls this: it must not raise; the heartbeat re-reads it
+                    flag = False
+                if flag:
+                    held.note_cancel_requested({run_id})
+                    return True
+            return False
+
+        return probe
+
+    def _retry_db(self, fn: Callable[[], object], *, attempts: int | None) -> None:
+        """Registration (retried until it works) and the final status (best effort, ``attempts`` tries)."""
+        w = self.worker
+
+        def on_retry(exc: BaseException, delay: float) -> None:
+            w.log(logging.WARNING, "database unavailable; retrying", error=describe_exception(exc),
+                  retry_in=f"{delay:.1f}")
+
+        try:
+            retry_transient(fn, backoff=Backoff(), on_retry=on_retry,
+                            give_up=lambda tries, _: w.hard_stopped or (attempts is not None and tries >= attempts))
+        except Exception as exc:
+            if attempts is None and not is_transient(exc):
+                raise  # registering at start: a worker that cannot register must not serve
+            # The final status is best effort: log, and let the process exit cleanly.
+            w.log(logging.ERROR, "database unavailable" if is_transient(exc) else "could not update the worker row",
+                  error=describe_exception(exc))
+
+
+class _InlineSlots:
+    """One slot: the loop's own thread runs each task as it is started."""
+
+    inline = True
+
+    def __init__(self, loop: Loop) -> None:
+        self.loop = loop
+
+    def free(self) -> int:
+        return 1
+
+    def busy(self) -> bool:
+        return False
+
+    def start(self, attempts: list[Attempt]) -> None:
+        w = self.loop.worker
+        for index, attempt in enumerate(attempts):
+            if index > 0 and w.stopping:
+                w.recorder.release_unstarted(attempts[index:])
+                return
+            self.loop.execute(attempt, flush=False)
+            if w.recorder.flush_due():
+                w.recorder.flush()
+
+    def collect(self, timeout: float) -> None:
+        pass  # everything started has finished
+
+
+class _PoolSlots:
+    """N slots: a thread pool; ``collect`` records the tasks that finished."""
+
+    inline = False
+
+    def __init__(self, loop: Loop, pool: ThreadPoolExecutor, size: int) -> None:
+        self.loop = loop
+        self.pool = pool
+        self.size = size
+        self.running: dict[Future[None], Attempt] = {}
+
+    def free(self) -> int:
+        return self.size - len(self.running)
+
+    def busy(self) -> bool:
+        return bool(self.running)
+
+    def start(self, attempts: list[Attempt]) -> None:
+        for attempt in attempts:
+            self.running[self.pool.submit(self._call, attempt)] = attempt
+
+    def _call(self, attempt: Attempt) -> None:
+        try:
+            self.loop.call(attempt)
+        finally:
+            close_old_connections()
+
+    def collect(self, timeout: float) -> None:
+        if not self.running:
+            return
+        done, _ = wait(list(self.running), timeout=timeout, return_when=FIRST_COMPLETED)
+        for future in done:
+            self.loop.worker.recorder.finish(self.running.pop(future), flush=False)
+
+
+@contextmanager
+def _slots(loop: Loop) -> Iterator[_InlineSlots | _PoolSlots]:
+    size = loop.worker.concurrency
+    if size == 1:
+        yield _InlineSlots(loop)
+        return
+    with ThreadPoolExecutor(max_workers=size, thread_name_prefix="distsched-task") as pool:
+        yield _PoolSlots(loop, pool, size)
