@@ -8,7 +8,7 @@ import pytest
 from django.contrib.messages import get_messages
 from django.urls import reverse
 
-from distsched_app import admin_support
+from distsched_app.admin import support as admin_support
 from distsched_app.models import EventType, Origin, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
 from distsched_app.services import claiming, workers
 from tests.conftest import T0

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from django.urls import reverse
 
-from distsched_app.dashboard import build_chart, grid_steps, nice_ceiling
+from distsched_app.admin.chart import build_chart, grid_steps, nice_ceiling
 from distsched_app.models import Worker, WorkerStatus
 from distsched_app.services import dashboard, workers
 from distsched_app.services.dashboard import HourOutcomes
@@ -164,6 +164,6 @@ def test_build_chart_stacks_segments_proportionally():
 @pytest.mark.parametrize(("seconds", "text"), [(0, "0s"), (-3, "0s"), (119, "119s"), (310, "5m 10s"),
                                                (7260, "2h 1m"), (86400, "24h 0m"), (200000, "2d 7h")])
 def test_heartbeat_age_is_human_readable(seconds, text):
-    from distsched_app.admin_display import age
+    from distsched_app.admin.display import age
 
     assert age(seconds) == text

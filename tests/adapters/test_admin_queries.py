@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from distsched_app.admin_lists import LargeTablePaginator
+from distsched_app.admin.lists import LargeTablePaginator
 from distsched_app.models import Run
 from distsched_app.services import workers
 from tests.conftest import is_postgres

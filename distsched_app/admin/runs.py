@@ -15,9 +15,11 @@ from django.db.models import Q
 from django.urls import path
 from django.utils.html import format_html
 
-from . import admin_views
-from .admin_display import change_url, pretty_json, state_badge, timestamp_field
-from .admin_lists import (
+from ..models import Run, RunEvent, RunState, Schedule
+from ..services import runs as run_service
+from . import dashboard
+from .display import change_url, pretty_json, state_badge, timestamp_field
+from .lists import (
     LargeTablePaginator,
     OriginFilter,
     QueueFilter,
@@ -26,7 +28,7 @@ from .admin_lists import (
     TaskFilter,
     parse_id,
 )
-from .admin_support import (
+from .support import (
     DistschedMedia,
     ObjectActionsMixin,
     apply_each,
@@ -35,8 +37,6 @@ from .admin_support import (
     request_now,
     selected_keys,
 )
-from .models import Run, RunEvent, RunState, Schedule
-from .services import runs as run_service
 
 
 class RunEventInline(admin.TabularInline):
@@ -141,11 +141,11 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
         return queryset.filter(match), False
 
     def get_urls(self):
-        dashboard = path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="distsched_dashboard")
-        return [dashboard, *super().get_urls()]
+        dashboard_url = path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="distsched_dashboard")
+        return [dashboard_url, *super().get_urls()]
 
     def dashboard_view(self, request):
-        return admin_views.dashboard(self, request)
+        return dashboard.view(self, request)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         context = {

@@ -4,19 +4,23 @@ A thin adapter (DESIGN section 7): every action and button calls one service
 function per selected object and reports the result or the typed error with
 ``message_user``. Run state is never hand-edited: runs, workers and events
 are read-only pages, changed only through the service-backed actions.
-The clock is read once per request (``admin_support.request_now``).
+The clock is read once per request (``support.request_now``).
 
-    admin_schedules  ScheduleAdmin          admin_runs     RunAdmin, RunEventAdmin
-    admin_workers    WorkerAdmin            admin_views    the dashboard
-    admin_forms      the schedule form      admin_lists    paginator and list filters
-    admin_support    clock, reporting       admin_display  formatting
+Django's ``autodiscover_modules("admin")`` imports this package; importing the
+ModelAdmins below registers them (each module uses ``@admin.register``).
+
+    schedules  ScheduleAdmin              runs       RunAdmin, RunEventAdmin
+    workers    WorkerAdmin                dashboard  the dashboard view
+    chart      the dashboard's SVG chart  forms      the schedule form
+    lists      paginator and list filters support    clock, reporting, object buttons
+    display    formatting
 """
 
 from django.contrib import admin
 
-from .admin_runs import RunAdmin, RunEventAdmin
-from .admin_schedules import ScheduleAdmin
-from .admin_workers import WorkerAdmin
+from .runs import RunAdmin, RunEventAdmin
+from .schedules import ScheduleAdmin
+from .workers import WorkerAdmin
 
 __all__ = ["RunAdmin", "RunEventAdmin", "ScheduleAdmin", "WorkerAdmin"]
 

@@ -13,14 +13,14 @@ from typing import Any
 
 from django import forms
 
-from .clock import current_clock
-from .conf import conf
-from .errors import DistschedError
-from .models import Schedule
-from .registry import registry
-from .services.schedules import UPDATABLE_FIELDS
-from .services.validation import validate_name, validate_schedule_fields
-from .text import storable
+from ..clock import current_clock
+from ..conf import conf
+from ..errors import DistschedError
+from ..models import Schedule
+from ..registry import registry
+from ..services.schedules import UPDATABLE_FIELDS
+from ..services.validation import validate_name, validate_schedule_fields
+from ..text import storable
 
 FORM_FIELDS = [
     "name", "task_name", "args", "kwargs",

@@ -16,9 +16,12 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
-from .admin_display import change_url, state_badge, timestamp_field, ts
-from .admin_forms import ScheduleAdminForm
-from .admin_support import (
+from ..errors import DistschedError, ScheduleNotFound, ValidationError
+from ..models import Run, Schedule, ScheduleKind
+from ..services import schedules as schedule_service
+from .display import change_url, state_badge, timestamp_field, ts
+from .forms import ScheduleAdminForm
+from .support import (
     DistschedMedia,
     ObjectActionsMixin,
     apply_each,
@@ -27,9 +30,6 @@ from .admin_support import (
     request_now,
     selected_keys,
 )
-from .errors import DistschedError, ScheduleNotFound, ValidationError
-from .models import Run, Schedule, ScheduleKind
-from .services import schedules as schedule_service
 
 
 class ServiceRejected(Exception):

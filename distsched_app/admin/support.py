@@ -18,9 +18,9 @@ from django.contrib.admin.utils import unquote
 from django.http import Http404, HttpRequest, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path
 
-from .admin_display import change_url
-from .clock import current_clock
-from .errors import DistschedError, NotFound
+from ..clock import current_clock
+from ..errors import DistschedError, NotFound
+from .display import change_url
 
 # An action applies a service to each selected row in one request; beyond this
 # many rows the request would time out, so the operator is sent to the CLI/API.

@@ -5,11 +5,11 @@ from __future__ import annotations
 from django.contrib import admin
 from django.utils.html import format_html
 
-from .admin_display import age, change_url, timestamp_field
-from .admin_lists import WorkerLivenessFilter
-from .admin_support import DistschedMedia, request_now
-from .models import Run, Worker, WorkerStatus
-from .services import workers as worker_service
+from ..models import Run, Worker, WorkerStatus
+from ..services import workers as worker_service
+from .display import age, change_url, timestamp_field
+from .lists import WorkerLivenessFilter
+from .support import DistschedMedia, request_now
 
 
 @admin.register(Worker)
