@@ -9,16 +9,17 @@ The clock is read once per request (``support.request_now``).
 Django's ``autodiscover_modules("admin")`` imports this package; importing the
 ModelAdmins below registers them (each module uses ``@admin.register``).
 
-    schedules  ScheduleAdmin              runs       RunAdmin, RunEventAdmin
-    workers    WorkerAdmin                dashboard  the dashboard view
-    chart      the dashboard's SVG chart  forms      the schedule form
-    lists      paginator and list filters support    clock, reporting, object buttons
-    display    formatting
+    schedules  ScheduleAdmin               forms      the schedule form
+    runs       RunAdmin                    events     RunEventAdmin and the run page's history
+    workers    WorkerAdmin                 lists      paginator and list filters
+    dashboard  the dashboard view          chart      the dashboard's SVG chart geometry
+    support    clock, reporting, buttons   display    formatting
 """
 
 from django.contrib import admin
 
-from .runs import RunAdmin, RunEventAdmin
+from .events import RunEventAdmin
+from .runs import RunAdmin
 from .schedules import ScheduleAdmin
 from .workers import WorkerAdmin
 

@@ -1,10 +1,11 @@
-"""Runs and their event history in the admin: fast lists, read-only pages, cancel and requeue.
+"""Runs in the admin: a fast list, a read-only page with the run's history, cancel and requeue.
 
 Runs are never hand-edited: the change page is a view, and state changes only
 through ``services.runs.cancel_run`` / ``requeue_run`` (actions or the page's
 buttons). The list stays fast with a million runs: no full COUNT, no facet
 counts, filter choices from small tables, the schedule joined, payloads and
-tracebacks deferred, and sorting only by id.
+tracebacks deferred, and sorting only by id. The history shown on a run's
+page is ``events.RunEventInline``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from django.db.models import Q
 from django.urls import path
 from django.utils.html import format_html
 
-from ..models import Run, RunEvent, RunState, Schedule
+from ..models import Run, RunState, Schedule
 from ..services import runs as run_service
 from . import dashboard
 from .display import change_url, pretty_json, state_badge, timestamp_field
+from .events import RunEventInline
 from .lists import (
     LargeTablePaginator,
     OriginFilter,
@@ -37,29 +39,6 @@ from .support import (
     request_now,
     selected_keys,
 )
-
-
-class RunEventInline(admin.TabularInline):
-    """The run's history, oldest first; append-only, so read-only here."""
-
-    model = RunEvent
-    fields = ("at", "event_type", "attempt", "worker_id", "message")
-    readonly_fields = fields
-    at = timestamp_field("created_at", "at (UTC)", ms=True)
-    ordering = ("id",)
-    extra = 0
-    max_num = 0
-    can_delete = False
-    verbose_name_plural = "history (events, oldest first)"
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Run)
@@ -245,45 +224,3 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
 
     def requeue_object(self, request, obj):
         self._requeue(request, [obj.pk])
-
-
-@admin.register(RunEvent)
-class RunEventAdmin(DistschedMedia, admin.ModelAdmin):
-    list_display = ("id", "at", "run_link", "event_type", "attempt", "worker_id", "short_message")
-    sortable_by = ("id",)
-    list_filter = ("event_type",)
-    search_fields = ("message",)  # see get_search_results
-    search_help_text = "A run id, a worker id, or text from the message."
-    ordering = ("-id",)
-    list_per_page = 100
-    paginator = LargeTablePaginator
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER
-    fields = ("id", "run_link", "event_type", "attempt", "worker_id", "message", "at")
-    readonly_fields = fields
-    at = timestamp_field("created_at", "at (UTC)", ms=True)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def get_search_results(self, request, queryset, search_term):
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        if (run_id := parse_id(term)) is not None:
-            return queryset.filter(run_id=run_id), False
-        return queryset.filter(Q(worker_id=term) | Q(message__icontains=term)), False
-
-    @admin.display(description="run", ordering="run_id")
-    def run_link(self, obj: RunEvent) -> str:
-        return format_html("<a href='{}'>#{}</a>", change_url(Run, obj.run_id), obj.run_id)
-
-    @admin.display(description="message")
-    def short_message(self, obj: RunEvent) -> str:
-        return obj.message if len(obj.message) <= 120 else obj.message[:117] + "..."
