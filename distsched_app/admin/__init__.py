@@ -13,7 +13,8 @@ ModelAdmins below registers them (each module uses ``@admin.register``).
     runs       RunAdmin                    events     RunEventAdmin and the run page's history
     workers    WorkerAdmin                 lists      paginator and list filters
     dashboard  the dashboard view          chart      the dashboard's SVG chart geometry
-    support    clock, reporting, buttons   display    formatting
+    support    clock, applying, reporting  mixins     stylesheet, change-page buttons
+    display    formatting
 """
 
 from django.contrib import admin

@@ -15,7 +15,7 @@ from django.utils.html import format_html
 from ..models import Run, RunEvent
 from .display import change_url, timestamp_field
 from .lists import LargeTablePaginator, parse_id
-from .support import DistschedMedia
+from .mixins import DistschedMedia
 
 
 class RunEventInline(admin.TabularInline):

@@ -30,9 +30,8 @@ from .lists import (
     TaskFilter,
     parse_id,
 )
+from .mixins import DistschedMedia, ObjectActionsMixin
 from .support import (
-    DistschedMedia,
-    ObjectActionsMixin,
     apply_each,
     operator,
     report_problems,

@@ -21,9 +21,8 @@ from ..models import Run, Schedule, ScheduleKind
 from ..services import schedules as schedule_service
 from .display import change_url, state_badge, timestamp_field, ts
 from .forms import ScheduleAdminForm
+from .mixins import DistschedMedia, ObjectActionsMixin
 from .support import (
-    DistschedMedia,
-    ObjectActionsMixin,
     apply_each,
     operator,
     report_problems,

@@ -9,7 +9,8 @@ from ..models import Run, Worker, WorkerStatus
 from ..services import workers as worker_service
 from .display import age, change_url, timestamp_field
 from .lists import WorkerLivenessFilter
-from .support import DistschedMedia, request_now
+from .mixins import DistschedMedia
+from .support import request_now
 
 
 @admin.register(Worker)
