@@ -31,8 +31,11 @@ class ObjectActionsMixin:
     def get_urls(self):
         info = self.opts.app_label, self.opts.model_name
         urls = [
-            path(f"<path:object_id>/{name}/", self.admin_site.admin_view(self._object_action_view(name)),
-                 name=f"{info[0]}_{info[1]}_{name}")
+            path(
+                f"<path:object_id>/{name}/",
+                self.admin_site.admin_view(self._object_action_view(name)),
+                name=f"{info[0]}_{info[1]}_{name}",
+            )
             for name in self.object_actions
         ]
         return urls + super().get_urls()

@@ -42,8 +42,17 @@ from .support import (
 
 @admin.register(Run)
 class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
-    list_display = ("id", "task_name", "schedule_name", "state_badge", "attempts_of", "scheduled", "finished",
-                    "queue", "origin")
+    list_display = (
+        "id",
+        "task_name",
+        "schedule_name",
+        "state_badge",
+        "attempts_of",
+        "scheduled",
+        "finished",
+        "queue",
+        "origin",
+    )
     sortable_by = ("id",)  # the only order a million-row table can serve from an index, newest first
     list_display_links = ("id",)
     list_filter = (StateFilter, TaskFilter, QueueFilter, ScheduleFilter, OriginFilter)
@@ -60,10 +69,36 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
     # Columns the list never shows; a page of runs should not drag tracebacks and payloads along.
     heavy_fields = ("args", "kwargs", "last_error", "result", "schedule__args", "schedule__kwargs")
     fieldsets = (
-        (None, {"fields": ("id", "schedule_link", "task_name", "state_badge", "origin", "queue", "idempotency_key",
-                           "fencing_token", "cancel_requested")}),
-        ("Timing (UTC)", {"fields": ("scheduled_for_utc", "available_at_utc", "started_at_utc", "finished_at_utc",
-                                     "duration", "created_at_utc", "updated_at_utc")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "schedule_link",
+                    "task_name",
+                    "state_badge",
+                    "origin",
+                    "queue",
+                    "idempotency_key",
+                    "fencing_token",
+                    "cancel_requested",
+                )
+            },
+        ),
+        (
+            "Timing (UTC)",
+            {
+                "fields": (
+                    "scheduled_for_utc",
+                    "available_at_utc",
+                    "started_at_utc",
+                    "finished_at_utc",
+                    "duration",
+                    "created_at_utc",
+                    "updated_at_utc",
+                )
+            },
+        ),
         ("Attempts and lease", {"fields": ("attempts", "max_attempts", "lease_owner", "lease_expires_at_utc")}),
         ("Payload and result", {"fields": ("args_json", "kwargs_json", "result_json")}),
         ("Last error", {"fields": ("error_text",)}),
@@ -146,8 +181,9 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, obj: Run) -> str:
-        extra = " (cancel requested)" if obj.cancel_requested and obj.state in run_service.CANCELLABLE_COOPERATIVELY \
-            else ""
+        extra = (
+            " (cancel requested)" if obj.cancel_requested and obj.state in run_service.CANCELLABLE_COOPERATIVELY else ""
+        )
         return format_html("{}{}", state_badge(obj.state), extra)
 
     @admin.display(description="attempts")
@@ -178,8 +214,11 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="last error (message and traceback)")
     def error_text(self, obj: Run) -> str:
-        return format_html("<pre class='distsched-pre distsched-error'>{}</pre>", obj.last_error) \
-            if obj.last_error else "-"
+        return (
+            format_html("<pre class='distsched-pre distsched-error'>{}</pre>", obj.last_error)
+            if obj.last_error
+            else "-"
+        )
 
     # -- actions: one service call per run
 
@@ -196,8 +235,11 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
         if stopped:
             self.message_user(request, f"Cancelled {len(stopped)} run(s).", messages.SUCCESS)
         if asked:
-            self.message_user(request, f"Asked {asked} running run(s) to stop: their tasks see "
-                                       "context.cancel_requested().", messages.SUCCESS)
+            self.message_user(
+                request,
+                f"Asked {asked} running run(s) to stop: their tasks see context.cancel_requested().",
+                messages.SUCCESS,
+            )
 
     def _requeue(self, request, keys):
         outcome = self._apply(request, keys, run_service.requeue_run, verb="requeued")

@@ -82,7 +82,8 @@ def report_problems(modeladmin: Any, request: HttpRequest, outcome: Outcome, *, 
         )
     if outcome.missing:
         modeladmin.message_user(
-            request, f"{len(outcome.missing)} {noun}(s) no longer exist: {summarise(outcome.missing)}",
+            request,
+            f"{len(outcome.missing)} {noun}(s) no longer exist: {summarise(outcome.missing)}",
             messages.WARNING,
         )
 

@@ -53,8 +53,18 @@ class WorkerAdmin(DistschedMedia, admin.ModelAdmin):
 
     def get_list_display(self, request):
         liveness, heartbeat_age = self._clock_columns(request)
-        return ("worker_id", "hostname", "pid", "queues_text", "status", liveness, heartbeat_age,
-                "current_run_link", "runs_executed", "started_at_utc")
+        return (
+            "worker_id",
+            "hostname",
+            "pid",
+            "queues_text",
+            "status",
+            liveness,
+            heartbeat_age,
+            "current_run_link",
+            "runs_executed",
+            "started_at_utc",
+        )
 
     def get_fields(self, request, obj=None):
         return (*self.fields_before, *self._clock_columns(request), *self.fields_after)
