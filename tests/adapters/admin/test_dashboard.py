@@ -20,11 +20,6 @@ DASHBOARD = reverse("admin:distsched_dashboard")
 
 
 @pytest.fixture
-def staff(admin_client, clock, monkeypatch):
-    return admin_client
-
-
-@pytest.fixture
 def history(scheduler, make_schedule, clock):
     """09:00 one success and one retry; 11:00 one death and one cancel; 11:10 a schedule is overdue."""
     make_schedule("ok", interval_seconds=3600)

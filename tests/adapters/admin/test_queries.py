@@ -22,11 +22,6 @@ pytestmark = pytest.mark.django_db
 SESSION = 2  # session row + user row
 
 
-@pytest.fixture
-def staff(admin_client, clock, monkeypatch):
-    return admin_client
-
-
 def estimate_probe() -> int:
     return 1 if is_postgres() else 0
 
