@@ -1,6 +1,8 @@
 """Fixtures for the REST API tests: users with and without rights, token clients, the API's clock.
 
-Nothing here is autouse, so other adapter tests (admin, commands) are unaffected.
+Here rather than in ``api/`` because ``test_hostile_entry_points.py`` (every
+entry point at once) calls the API with them too. Nothing here is autouse, so
+the other adapter tests (``admin/``, ``cli/``, ``metrics/``) are unaffected.
 """
 
 from __future__ import annotations

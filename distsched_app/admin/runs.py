@@ -1,10 +1,11 @@
-"""Runs and their event history in the admin: fast lists, read-only pages, cancel and requeue.
+"""Runs in the admin: a fast list, a read-only page with the run's history, cancel and requeue.
 
 Runs are never hand-edited: the change page is a view, and state changes only
 through ``services.runs.cancel_run`` / ``requeue_run`` (actions or the page's
 buttons). The list stays fast with a million runs: no full COUNT, no facet
 counts, filter choices from small tables, the schedule joined, payloads and
-tracebacks deferred, and sorting only by id.
+tracebacks deferred, and sorting only by id. The history shown on a run's
+page is ``events.RunEventInline``.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from django.db.models import Q
 from django.urls import path
 from django.utils.html import format_html
 
-from . import admin_views
-from .admin_display import change_url, pretty_json, state_badge, timestamp_field
-from .admin_lists import (
+from ..models import Run, RunState, Schedule
+from ..services import runs as run_service
+from . import dashboard
+from .display import change_url, pretty_json, state_badge, timestamp_field
+from .events import RunEventInline
+from .lists import (
     LargeTablePaginator,
     OriginFilter,
     QueueFilter,
@@ -26,46 +30,29 @@ from .admin_lists import (
     TaskFilter,
     parse_id,
 )
-from .admin_support import (
-    DistschedMedia,
-    ObjectActionsMixin,
+from .mixins import DistschedMedia, ObjectActionsMixin
+from .support import (
     apply_each,
     operator,
     report_problems,
     request_now,
     selected_keys,
 )
-from .models import Run, RunEvent, RunState, Schedule
-from .services import runs as run_service
-
-
-class RunEventInline(admin.TabularInline):
-    """The run's history, oldest first; append-only, so read-only here."""
-
-    model = RunEvent
-    fields = ("at", "event_type", "attempt", "worker_id", "message")
-    readonly_fields = fields
-    at = timestamp_field("created_at", "at (UTC)", ms=True)
-    ordering = ("id",)
-    extra = 0
-    max_num = 0
-    can_delete = False
-    verbose_name_plural = "history (events, oldest first)"
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Run)
 class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
-    list_display = ("id", "task_name", "schedule_name", "state_badge", "attempts_of", "scheduled", "finished",
-                    "queue", "origin")
+    list_display = (
+        "id",
+        "task_name",
+        "schedule_name",
+        "state_badge",
+        "attempts_of",
+        "scheduled",
+        "finished",
+        "queue",
+        "origin",
+    )
     sortable_by = ("id",)  # the only order a million-row table can serve from an index, newest first
     list_display_links = ("id",)
     list_filter = (StateFilter, TaskFilter, QueueFilter, ScheduleFilter, OriginFilter)
@@ -82,10 +69,36 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
     # Columns the list never shows; a page of runs should not drag tracebacks and payloads along.
     heavy_fields = ("args", "kwargs", "last_error", "result", "schedule__args", "schedule__kwargs")
     fieldsets = (
-        (None, {"fields": ("id", "schedule_link", "task_name", "state_badge", "origin", "queue", "idempotency_key",
-                           "fencing_token", "cancel_requested")}),
-        ("Timing (UTC)", {"fields": ("scheduled_for_utc", "available_at_utc", "started_at_utc", "finished_at_utc",
-                                     "duration", "created_at_utc", "updated_at_utc")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "schedule_link",
+                    "task_name",
+                    "state_badge",
+                    "origin",
+                    "queue",
+                    "idempotency_key",
+                    "fencing_token",
+                    "cancel_requested",
+                )
+            },
+        ),
+        (
+            "Timing (UTC)",
+            {
+                "fields": (
+                    "scheduled_for_utc",
+                    "available_at_utc",
+                    "started_at_utc",
+                    "finished_at_utc",
+                    "duration",
+                    "created_at_utc",
+                    "updated_at_utc",
+                )
+            },
+        ),
         ("Attempts and lease", {"fields": ("attempts", "max_attempts", "lease_owner", "lease_expires_at_utc")}),
         ("Payload and result", {"fields": ("args_json", "kwargs_json", "result_json")}),
         ("Last error", {"fields": ("error_text",)}),
@@ -141,11 +154,11 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
         return queryset.filter(match), False
 
     def get_urls(self):
-        dashboard = path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="distsched_dashboard")
-        return [dashboard, *super().get_urls()]
+        dashboard_url = path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="distsched_dashboard")
+        return [dashboard_url, *super().get_urls()]
 
     def dashboard_view(self, request):
-        return admin_views.dashboard(self, request)
+        return dashboard.view(self, request)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         context = {
@@ -168,8 +181,9 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, obj: Run) -> str:
-        extra = " (cancel requested)" if obj.cancel_requested and obj.state in run_service.CANCELLABLE_COOPERATIVELY \
-            else ""
+        extra = (
+            " (cancel requested)" if obj.cancel_requested and obj.state in run_service.CANCELLABLE_COOPERATIVELY else ""
+        )
         return format_html("{}{}", state_badge(obj.state), extra)
 
     @admin.display(description="attempts")
@@ -200,8 +214,11 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="last error (message and traceback)")
     def error_text(self, obj: Run) -> str:
-        return format_html("<pre class='distsched-pre distsched-error'>{}</pre>", obj.last_error) \
-            if obj.last_error else "-"
+        return (
+            format_html("<pre class='distsched-pre distsched-error'>{}</pre>", obj.last_error)
+            if obj.last_error
+            else "-"
+        )
 
     # -- actions: one service call per run
 
@@ -218,8 +235,11 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
         if stopped:
             self.message_user(request, f"Cancelled {len(stopped)} run(s).", messages.SUCCESS)
         if asked:
-            self.message_user(request, f"Asked {asked} running run(s) to stop: their tasks see "
-                                       "context.cancel_requested().", messages.SUCCESS)
+            self.message_user(
+                request,
+                f"Asked {asked} running run(s) to stop: their tasks see context.cancel_requested().",
+                messages.SUCCESS,
+            )
 
     def _requeue(self, request, keys):
         outcome = self._apply(request, keys, run_service.requeue_run, verb="requeued")
@@ -245,45 +265,3 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
 
     def requeue_object(self, request, obj):
         self._requeue(request, [obj.pk])
-
-
-@admin.register(RunEvent)
-class RunEventAdmin(DistschedMedia, admin.ModelAdmin):
-    list_display = ("id", "at", "run_link", "event_type", "attempt", "worker_id", "short_message")
-    sortable_by = ("id",)
-    list_filter = ("event_type",)
-    search_fields = ("message",)  # see get_search_results
-    search_help_text = "A run id, a worker id, or text from the message."
-    ordering = ("-id",)
-    list_per_page = 100
-    paginator = LargeTablePaginator
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER
-    fields = ("id", "run_link", "event_type", "attempt", "worker_id", "message", "at")
-    readonly_fields = fields
-    at = timestamp_field("created_at", "at (UTC)", ms=True)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def get_search_results(self, request, queryset, search_term):
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        if (run_id := parse_id(term)) is not None:
-            return queryset.filter(run_id=run_id), False
-        return queryset.filter(Q(worker_id=term) | Q(message__icontains=term)), False
-
-    @admin.display(description="run", ordering="run_id")
-    def run_link(self, obj: RunEvent) -> str:
-        return format_html("<a href='{}'>#{}</a>", change_url(Run, obj.run_id), obj.run_id)
-
-    @admin.display(description="message")
-    def short_message(self, obj: RunEvent) -> str:
-        return obj.message if len(obj.message) <= 120 else obj.message[:117] + "..."

@@ -16,20 +16,19 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
-from .admin_display import change_url, state_badge, timestamp_field, ts
-from .admin_forms import ScheduleAdminForm
-from .admin_support import (
-    DistschedMedia,
-    ObjectActionsMixin,
+from ..errors import DistschedError, ScheduleNotFound, ValidationError
+from ..models import Run, Schedule, ScheduleKind
+from ..services import schedules as schedule_service
+from .display import change_url, state_badge, timestamp_field, ts
+from .forms import ScheduleAdminForm
+from .mixins import DistschedMedia, ObjectActionsMixin
+from .support import (
     apply_each,
     operator,
     report_problems,
     request_now,
     selected_keys,
 )
-from .errors import DistschedError, ScheduleNotFound, ValidationError
-from .models import Run, Schedule, ScheduleKind
-from .services import schedules as schedule_service
 
 
 class ServiceRejected(Exception):
@@ -55,8 +54,20 @@ class ScheduleAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
         fieldsets = [
             (None, {"fields": ("name", "task_name", "args", "kwargs")}),
             ("When", {"fields": ("kind", "interval_seconds", "cron", "timezone", "run_at", "start_at", "paused")}),
-            ("Execution", {"fields": ("queue", "max_attempts", "retry_base_seconds", "retry_max_seconds",
-                                      "retry_jitter", "catch_up", "overlap")}),
+            (
+                "Execution",
+                {
+                    "fields": (
+                        "queue",
+                        "max_attempts",
+                        "retry_base_seconds",
+                        "retry_max_seconds",
+                        "retry_jitter",
+                        "catch_up",
+                        "overlap",
+                    )
+                },
+            ),
         ]
         if obj is not None:
             fieldsets.append(("Status", {"fields": self.readonly_fields}))
@@ -64,9 +75,13 @@ class ScheduleAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
 
     def get_queryset(self, request):
         latest = Run.objects.filter(schedule=OuterRef("pk")).order_by("-id")
-        return super().get_queryset(request).annotate(
-            last_run_id=Subquery(latest.values("id")[:1]),
-            last_run_state=Subquery(latest.values("state")[:1]),
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                last_run_id=Subquery(latest.values("id")[:1]),
+                last_run_state=Subquery(latest.values("state")[:1]),
+            )
         )
 
     def get_form(self, request, obj=None, change=False, **kwargs):
@@ -92,8 +107,12 @@ class ScheduleAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
     def last_run(self, obj: Schedule) -> str:
         if getattr(obj, "last_run_id", None) is None:
             return "-"
-        return format_html("<a href='{}'>#{}</a> {}", change_url(Run, obj.last_run_id), obj.last_run_id,
-                           state_badge(obj.last_run_state))
+        return format_html(
+            "<a href='{}'>#{}</a> {}",
+            change_url(Run, obj.last_run_id),
+            obj.last_run_id,
+            state_badge(obj.last_run_state),
+        )
 
     @admin.display(description="next 5 fire times (UTC)")
     def upcoming(self, obj: Schedule) -> str:
@@ -109,22 +128,36 @@ class ScheduleAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="recent runs")
     def recent_runs(self, obj: Schedule) -> str:
-        recent = list(obj.runs.order_by("-id").only(
-            "id", "state", "scheduled_for", "finished_at", "attempts", "origin", "schedule"
-        )[: self.recent_runs_shown])
+        recent = list(
+            obj.runs.order_by("-id").only(
+                "id", "state", "scheduled_for", "finished_at", "attempts", "origin", "schedule"
+            )[: self.recent_runs_shown]
+        )
         all_url = reverse("admin:distsched_app_run_changelist") + "?" + urlencode({"schedule": obj.name})
         if not recent:
             return "no runs yet"
-        rows = format_html_join("", "<tr><td><a href='{}'>#{}</a></td><td>{}</td><td>{}</td><td>{}</td>"
-                                "<td>{}</td><td>{}</td></tr>", (
-            (change_url(Run, r.pk), r.pk, state_badge(r.state), r.origin, r.attempts,
-             ts(r.scheduled_for), ts(r.finished_at))
-            for r in recent
-        ))
+        rows = format_html_join(
+            "",
+            "<tr><td><a href='{}'>#{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    change_url(Run, r.pk),
+                    r.pk,
+                    state_badge(r.state),
+                    r.origin,
+                    r.attempts,
+                    ts(r.scheduled_for),
+                    ts(r.finished_at),
+                )
+                for r in recent
+            ),
+        )
         return format_html(
             "<table class='distsched-runs'><thead><tr><th>run</th><th>state</th><th>origin</th><th>attempts</th>"
             "<th>scheduled for (UTC)</th><th>finished (UTC)</th></tr></thead><tbody>{}</tbody></table>"
-            "<p><a href='{}'>All runs of this schedule</a></p>", rows, all_url,
+            "<p><a href='{}'>All runs of this schedule</a></p>",
+            rows,
+            all_url,
         )
 
     # -- saving and deleting through the service layer
@@ -171,8 +204,9 @@ class ScheduleAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
         runs = Run.objects.filter(schedule__in=[o.pk for o in objs]).count()
         listed = [f"Schedule: {o}" for o in objs]
         if runs:
-            listed.append(f"{runs} run(s) of {'this schedule' if len(objs) == 1 else 'these schedules'}, "
-                          "with their event history")
+            listed.append(
+                f"{runs} run(s) of {'this schedule' if len(objs) == 1 else 'these schedules'}, with their event history"
+            )
         return listed, {"schedules": len(objs), "runs": runs}, set(), []
 
     # -- actions: one service call per schedule
@@ -207,10 +241,12 @@ class ScheduleAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
             keys, lambda name: schedule_service.trigger_schedule(name, now=now, message=f"triggered by {by}")
         )
         if outcome.done:
-            links = format_html_join(", ", "<a href='{}'>#{}</a>", ((change_url(Run, r.pk), r.pk)
-                                                                   for r in outcome.done))
-            self.message_user(request, format_html("Triggered {} schedule(s): run {}.", len(outcome.done), links),
-                              messages.SUCCESS)
+            links = format_html_join(
+                ", ", "<a href='{}'>#{}</a>", ((change_url(Run, r.pk), r.pk) for r in outcome.done)
+            )
+            self.message_user(
+                request, format_html("Triggered {} schedule(s): run {}.", len(outcome.done), links), messages.SUCCESS
+            )
         report_problems(self, request, outcome, verb="triggered", noun="schedule")
 
     def check_object_action(self, request, obj, name):

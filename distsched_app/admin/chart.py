@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from .services.dashboard import OUTCOMES, HourOutcomes
+from ..services.dashboard import OUTCOMES, HourOutcomes
 
 # Outcome -> CSS class and legend colour (the template styles the classes).
 COLOURS: dict[str, str] = {
@@ -115,14 +115,28 @@ def build_chart(
                 continue
             h = plot_height * count / ceiling
             y -= h
-            segments.append(Segment(
-                outcome=outcome, count=count, x=round(x, 2), y=round(y, 2), width=round(bar_width, 2),
-                height=round(h, 2), colour=COLOURS[outcome],
-                title=f"{hour.start:%Y-%m-%d %H}:00 UTC: {count} {outcome}",
-            ))
+            segments.append(
+                Segment(
+                    outcome=outcome,
+                    count=count,
+                    x=round(x, 2),
+                    y=round(y, 2),
+                    width=round(bar_width, 2),
+                    height=round(h, 2),
+                    colour=COLOURS[outcome],
+                    title=f"{hour.start:%Y-%m-%d %H}:00 UTC: {count} {outcome}",
+                )
+            )
         label = f"{hour.start:%H}:00" if i % label_every == 0 or i == len(hours) - 1 else ""
-        bars.append(Bar(start=hour.start, total=hour.total, label=label, label_x=round(x + bar_width / 2, 2),
-                        segments=tuple(segments)))
+        bars.append(
+            Bar(
+                start=hour.start,
+                total=hour.total,
+                label=label,
+                label_x=round(x + bar_width / 2, 2),
+                segments=tuple(segments),
+            )
+        )
     steps = grid_steps(ceiling)
     grid = tuple(
         GridLine(value=round(ceiling * k / steps), y=round(bottom - plot_height * k / steps, 2))
@@ -132,7 +146,16 @@ def build_chart(
         LegendItem(outcome=o, colour=COLOURS[o], total=sum(h.counts.get(o, 0) for h in hours)) for o in OUTCOMES
     )
     return Chart(
-        width=width, height=height, plot_left=left, plot_right=right, plot_top=top, plot_bottom=bottom,
-        bars=tuple(bars), grid=grid, legend=legend, total=sum(h.total for h in hours), label_y=bottom + 18,
+        width=width,
+        height=height,
+        plot_left=left,
+        plot_right=right,
+        plot_top=top,
+        plot_bottom=bottom,
+        bars=tuple(bars),
+        grid=grid,
+        legend=legend,
+        total=sum(h.total for h in hours),
+        label_y=bottom + 18,
         axis_label_x=left - 6,
     )

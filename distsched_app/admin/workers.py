@@ -5,11 +5,12 @@ from __future__ import annotations
 from django.contrib import admin
 from django.utils.html import format_html
 
-from .admin_display import age, change_url, timestamp_field
-from .admin_lists import WorkerLivenessFilter
-from .admin_support import DistschedMedia, request_now
-from .models import Run, Worker, WorkerStatus
-from .services import workers as worker_service
+from ..models import Run, Worker, WorkerStatus
+from ..services import workers as worker_service
+from .display import age, change_url, timestamp_field
+from .lists import WorkerLivenessFilter
+from .mixins import DistschedMedia
+from .support import request_now
 
 
 @admin.register(Worker)
@@ -52,8 +53,18 @@ class WorkerAdmin(DistschedMedia, admin.ModelAdmin):
 
     def get_list_display(self, request):
         liveness, heartbeat_age = self._clock_columns(request)
-        return ("worker_id", "hostname", "pid", "queues_text", "status", liveness, heartbeat_age,
-                "current_run_link", "runs_executed", "started_at_utc")
+        return (
+            "worker_id",
+            "hostname",
+            "pid",
+            "queues_text",
+            "status",
+            liveness,
+            heartbeat_age,
+            "current_run_link",
+            "runs_executed",
+            "started_at_utc",
+        )
 
     def get_fields(self, request, obj=None):
         return (*self.fields_before, *self._clock_columns(request), *self.fields_after)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from distsched_app.admin_lists import LargeTablePaginator
+from distsched_app.admin.lists import LargeTablePaginator
 from distsched_app.models import Run
 from distsched_app.services import workers
 from tests.conftest import is_postgres
@@ -20,11 +20,6 @@ from tests.conftest import is_postgres
 pytestmark = pytest.mark.django_db
 
 SESSION = 2  # session row + user row
-
-
-@pytest.fixture
-def staff(admin_client, clock, monkeypatch):
-    return admin_client
 
 
 def estimate_probe() -> int:
@@ -38,8 +33,9 @@ def make_runs(scheduler, make_schedule, n: int, schedules: int = 5) -> None:
 
 
 @pytest.mark.parametrize("n", [5, 50])
-def test_run_changelist_query_count_does_not_grow_with_rows(staff, scheduler, make_schedule, n,
-                                                           django_assert_num_queries):
+def test_run_changelist_query_count_does_not_grow_with_rows(
+    staff, scheduler, make_schedule, n, django_assert_num_queries
+):
     make_runs(scheduler, make_schedule, n)
     with django_assert_num_queries(SESSION + 5 + estimate_probe()):
         response = staff.get(reverse("admin:distsched_app_run_changelist"))
@@ -48,12 +44,14 @@ def test_run_changelist_query_count_does_not_grow_with_rows(staff, scheduler, ma
 
 
 @pytest.mark.parametrize("n", [5, 50])
-def test_filtered_and_searched_run_changelist_query_count(staff, scheduler, make_schedule, n,
-                                                          django_assert_num_queries):
+def test_filtered_and_searched_run_changelist_query_count(
+    staff, scheduler, make_schedule, n, django_assert_num_queries
+):
     make_runs(scheduler, make_schedule, n)
     with django_assert_num_queries(SESSION + 5):
-        response = staff.get(reverse("admin:distsched_app_run_changelist"),
-                             {"state": "pending", "queue": "default", "q": "manual:"})
+        response = staff.get(
+            reverse("admin:distsched_app_run_changelist"), {"state": "pending", "queue": "default", "q": "manual:"}
+        )
     assert len(response.context["cl"].result_list) == n
 
 

@@ -1,9 +1,10 @@
-"""What every distsched admin page shares: the request's clock reading and reporting service outcomes.
+"""What every distsched admin action shares: the request's clock reading and reporting service outcomes.
 
 The admin is a thin adapter. An action or button calls one service function
 per selected object and translates what comes back (a result or a typed
 error from ``distsched_app.errors``) into ``message_user`` lines. No
-scheduling rule lives here.
+scheduling rule lives here. The classes the ModelAdmins inherit (stylesheet,
+change-page buttons) are in ``mixins``.
 """
 
 from __future__ import annotations
@@ -14,13 +15,10 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.admin.utils import unquote
-from django.http import Http404, HttpRequest, HttpResponseNotAllowed, HttpResponseRedirect
-from django.urls import path
+from django.http import HttpRequest
 
-from .admin_display import change_url
-from .clock import current_clock
-from .errors import DistschedError, NotFound
+from ..clock import current_clock
+from ..errors import DistschedError, NotFound
 
 # An action applies a service to each selected row in one request; beyond this
 # many rows the request would time out, so the operator is sent to the CLI/API.
@@ -84,7 +82,8 @@ def report_problems(modeladmin: Any, request: HttpRequest, outcome: Outcome, *, 
         )
     if outcome.missing:
         modeladmin.message_user(
-            request, f"{len(outcome.missing)} {noun}(s) no longer exist: {summarise(outcome.missing)}",
+            request,
+            f"{len(outcome.missing)} {noun}(s) no longer exist: {summarise(outcome.missing)}",
             messages.WARNING,
         )
 
@@ -101,42 +100,3 @@ def selected_keys(modeladmin: Any, request: HttpRequest, queryset: Any, key: str
         )
         return None
     return keys
-
-
-class DistschedMedia:
-    """The admin pages of distsched carry its small stylesheet (badges, buttons)."""
-
-    class Media:
-        css = {"all": ("distsched_app/admin.css",)}
-
-
-class ObjectActionsMixin:
-    """POST-only buttons on a change page, each calling one service through ``apply_each``."""
-
-    object_actions: tuple[str, ...] = ()
-
-    def get_urls(self):
-        info = self.opts.app_label, self.opts.model_name
-        urls = [
-            path(f"<path:object_id>/{name}/", self.admin_site.admin_view(self._object_action_view(name)),
-                 name=f"{info[0]}_{info[1]}_{name}")
-            for name in self.object_actions
-        ]
-        return urls + super().get_urls()
-
-    def _object_action_view(self, name: str):
-        def view(request: HttpRequest, object_id: str):
-            if request.method != "POST":
-                return HttpResponseNotAllowed(["POST"])
-            obj = self.get_object(request, unquote(object_id))
-            if obj is None:
-                raise Http404(f"no {self.opts.verbose_name} with id {object_id!r}")
-            self.check_object_action(request, obj, name)
-            getattr(self, f"{name}_object")(request, obj)
-            return HttpResponseRedirect(change_url(self.model, obj.pk))
-
-        view.__name__ = f"{name}_view"
-        return view
-
-    def check_object_action(self, request: HttpRequest, obj: Any, name: str) -> None:
-        raise NotImplementedError

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from django.urls import reverse
 
-from distsched_app.dashboard import build_chart, grid_steps, nice_ceiling
+from distsched_app.admin.chart import build_chart, grid_steps, nice_ceiling
 from distsched_app.models import Worker, WorkerStatus
 from distsched_app.services import dashboard, workers
 from distsched_app.services.dashboard import HourOutcomes
@@ -17,11 +17,6 @@ from tests.conftest import T0
 pytestmark = pytest.mark.django_db
 
 DASHBOARD = reverse("admin:distsched_dashboard")
-
-
-@pytest.fixture
-def staff(admin_client, clock, monkeypatch):
-    return admin_client
 
 
 @pytest.fixture
@@ -127,8 +122,10 @@ def test_overdue_schedules(make_schedule, clock):
     assert [s.name for s in dashboard.overdue_schedules(now=clock.now() + timedelta(seconds=61))] == ["late"]
 
 
-@pytest.mark.parametrize(("value", "ceiling"), [(0, 1), (1, 1), (2, 2), (3, 5), (7, 10), (11, 20), (20, 20),
-                                                (21, 50), (99, 100), (101, 200), (4999, 5000)])
+@pytest.mark.parametrize(
+    ("value", "ceiling"),
+    [(0, 1), (1, 1), (2, 2), (3, 5), (7, 10), (11, 20), (20, 20), (21, 50), (99, 100), (101, 200), (4999, 5000)],
+)
 def test_nice_ceiling(value, ceiling):
     assert nice_ceiling(value) == ceiling
 
@@ -141,8 +138,10 @@ def test_grid_steps_are_whole_numbers(ceiling):
 
 def test_build_chart_stacks_segments_proportionally():
     start = T0.replace(minute=0)
-    hours = [HourOutcomes(start=start + timedelta(hours=i), counts={"succeeded": 0, "retried": 0, "dead": 0,
-                                                                     "cancelled": 0}) for i in range(24)]
+    hours = [
+        HourOutcomes(start=start + timedelta(hours=i), counts={"succeeded": 0, "retried": 0, "dead": 0, "cancelled": 0})
+        for i in range(24)
+    ]
     hours[5] = HourOutcomes(start=hours[5].start, counts={"succeeded": 6, "retried": 2, "dead": 1, "cancelled": 1})
     hours[6] = HourOutcomes(start=hours[6].start, counts={"succeeded": 5, "retried": 0, "dead": 0, "cancelled": 0})
     chart = build_chart(hours, width=760, height=260)
@@ -161,9 +160,11 @@ def test_build_chart_stacks_segments_proportionally():
     assert chart.bars[-1].label == "08:00"
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(0, "0s"), (-3, "0s"), (119, "119s"), (310, "5m 10s"),
-                                               (7260, "2h 1m"), (86400, "24h 0m"), (200000, "2d 7h")])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (-3, "0s"), (119, "119s"), (310, "5m 10s"), (7260, "2h 1m"), (86400, "24h 0m"), (200000, "2d 7h")],
+)
 def test_heartbeat_age_is_human_readable(seconds, text):
-    from distsched_app.admin_display import age
+    from distsched_app.admin.display import age
 
     assert age(seconds) == text

@@ -13,20 +13,34 @@ from typing import Any
 
 from django import forms
 
-from .clock import current_clock
-from .conf import conf
-from .errors import DistschedError
-from .models import Schedule
-from .registry import registry
-from .services.schedules import UPDATABLE_FIELDS
-from .services.validation import validate_name, validate_schedule_fields
-from .text import storable
+from ..clock import current_clock
+from ..conf import conf
+from ..errors import DistschedError
+from ..models import Schedule
+from ..registry import registry
+from ..services.schedules import UPDATABLE_FIELDS
+from ..services.validation import validate_name, validate_schedule_fields
+from ..text import storable
 
 FORM_FIELDS = [
-    "name", "task_name", "args", "kwargs",
-    "kind", "interval_seconds", "cron", "timezone", "run_at", "start_at",
-    "paused", "queue", "max_attempts", "retry_base_seconds", "retry_max_seconds", "retry_jitter",
-    "catch_up", "overlap",
+    "name",
+    "task_name",
+    "args",
+    "kwargs",
+    "kind",
+    "interval_seconds",
+    "cron",
+    "timezone",
+    "run_at",
+    "start_at",
+    "paused",
+    "queue",
+    "max_attempts",
+    "retry_base_seconds",
+    "retry_max_seconds",
+    "retry_jitter",
+    "catch_up",
+    "overlap",
 ]
 
 
@@ -99,7 +113,8 @@ class ScheduleAdminForm(forms.ModelForm):
             if self.adding:
                 validate_name(cleaned.get("name"))
             validate_schedule_fields(
-                self.service_fields(), now=self.now or current_clock().now(),
+                self.service_fields(),
+                now=self.now or current_clock().now(),
                 check_run_at=self.adding or "run_at" in self.changed_data,
             )
         except DistschedError as exc:

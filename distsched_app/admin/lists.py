@@ -16,10 +16,10 @@ from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import QuerySet
 
-from .admin_support import request_now
-from .conf import conf
-from .models import Origin, RunState, Schedule, WorkerStatus
-from .registry import registry
+from ..conf import conf
+from ..models import Origin, RunState, Schedule, WorkerStatus
+from ..registry import registry
+from .support import request_now
 
 MAX_ID = 2**63 - 1
 

@@ -4,7 +4,7 @@ Served by ``RunAdmin.get_urls`` under ``/admin/distsched_app/run/dashboard/``
 (URL name ``admin:distsched_dashboard``), so it needs a staff login like any
 admin page, and the view permission on runs. Every figure comes from a
 read-only service (``services.stats``, ``services.dashboard``); the chart is
-inline SVG drawn server-side from ``dashboard.build_chart``.
+inline SVG drawn server-side from ``chart.build_chart``.
 """
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from .admin_support import request_now
-from .conf import conf
-from .dashboard import build_chart
-from .models import RunState
-from .services import dashboard as dashboard_service
-from .services import stats as stats_service
+from ..conf import conf
+from ..models import RunState
+from ..services import dashboard as dashboard_service
+from ..services import stats as stats_service
+from .chart import build_chart
+from .support import request_now
 
 
-def dashboard(model_admin: Any, request: HttpRequest) -> TemplateResponse:
+def view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
+    """The dashboard page, for ``RunAdmin.dashboard_view``: the run permission checked, the clock read once."""
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
     now = request_now(request)

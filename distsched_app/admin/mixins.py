@@ -1,0 +1,58 @@
+"""What the distsched ModelAdmins inherit: the admin stylesheet and POST-only buttons on change pages.
+
+A button is a URL under the object's change page (``<id>/pause/``): POST only, it asks
+``check_object_action`` (the permission), calls ``<name>_object`` (one service call
+through ``support.apply_each``) and redirects back to the page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.admin.utils import unquote
+from django.http import Http404, HttpRequest, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import path
+
+from .display import change_url
+
+
+class DistschedMedia:
+    """The admin pages of distsched carry its small stylesheet (badges, buttons)."""
+
+    class Media:
+        css = {"all": ("distsched_app/admin.css",)}
+
+
+class ObjectActionsMixin:
+    """POST-only buttons on a change page, each calling one service through ``apply_each``."""
+
+    object_actions: tuple[str, ...] = ()
+
+    def get_urls(self):
+        info = self.opts.app_label, self.opts.model_name
+        urls = [
+            path(
+                f"<path:object_id>/{name}/",
+                self.admin_site.admin_view(self._object_action_view(name)),
+                name=f"{info[0]}_{info[1]}_{name}",
+            )
+            for name in self.object_actions
+        ]
+        return urls + super().get_urls()
+
+    def _object_action_view(self, name: str):
+        def view(request: HttpRequest, object_id: str):
+            if request.method != "POST":
+                return HttpResponseNotAllowed(["POST"])
+            obj = self.get_object(request, unquote(object_id))
+            if obj is None:
+                raise Http404(f"no {self.opts.verbose_name} with id {object_id!r}")
+            self.check_object_action(request, obj, name)
+            getattr(self, f"{name}_object")(request, obj)
+            return HttpResponseRedirect(change_url(self.model, obj.pk))
+
+        view.__name__ = f"{name}_view"
+        return view
+
+    def check_object_action(self, request: HttpRequest, obj: Any, name: str) -> None:
+        raise NotImplementedError

@@ -1,0 +1,186 @@
+"""The runs admin: list, filters and search, the read-only page with its history, cancel and requeue."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from distsched_app.admin import support as admin_support
+from distsched_app.models import EventType, Run, RunEvent, RunState
+from tests.adapters.admin.pages import (
+    EVENTS,
+    RUNS,
+    act,
+    change_url,
+    dead_run,
+    messages_of,
+    pending_run,
+    running_run,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def test_run_changelist_and_change_page_load(staff, scheduler, make_schedule):
+    run = dead_run(scheduler, make_schedule)
+    response = staff.get(RUNS)
+    assert response.status_code == 200
+    assert "distsched-state-dead" in response.content.decode()
+    response = staff.get(change_url(run))
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "kaboom: disk full" in body and "Traceback" in body
+    assert 'id="distsched-requeue"' in body and 'id="distsched-cancel"' not in body
+    assert 'name="_save"' not in body  # state machinery is not hand-editable
+
+
+def test_run_change_page_lists_events_in_order(staff, scheduler, make_schedule):
+    run = dead_run(scheduler, make_schedule)
+    formset = response_inline(staff.get(change_url(run)))
+    assert [f.instance.event_type for f in formset] == ["created", "claimed", "started", "failed", "marked_dead"]
+
+
+def response_inline(response):
+    [inline] = response.context["inline_admin_formsets"]
+    return inline.formset
+
+
+def test_runs_cannot_be_added_edited_or_deleted_by_hand(staff, scheduler, make_schedule):
+    run = pending_run(scheduler, make_schedule)
+    assert staff.get(reverse("admin:distsched_app_run_add")).status_code == 403
+    assert staff.post(change_url(run), {"state": "succeeded"}).status_code == 403
+    assert staff.get(reverse("admin:distsched_app_run_delete", args=[run.pk])).status_code == 403
+    assert Run.objects.get(pk=run.pk).state == RunState.PENDING
+
+
+def test_cancel_action_pending_and_running(staff, scheduler, make_schedule, clock):
+    running = running_run(scheduler, make_schedule, clock, "r")
+    pending = pending_run(scheduler, make_schedule, "p")
+    assert act(staff, RUNS, "cancel_runs", [pending, running]) == [
+        ("success", "Cancelled 1 run(s)."),
+        ("success", "Asked 1 running run(s) to stop: their tasks see context.cancel_requested()."),
+    ]
+    pending.refresh_from_db()
+    running.refresh_from_db()
+    assert pending.state == RunState.CANCELLED and pending.finished_at == clock.now()
+    assert running.state == RunState.RUNNING and running.cancel_requested
+    assert RunEvent.objects.get(run=pending, event_type=EventType.CANCELLED).message == "cancelled by admin:admin"
+
+
+def test_cancel_action_on_a_finished_run_is_a_warning_not_an_error(staff, scheduler, make_schedule):
+    dead = dead_run(scheduler, make_schedule)
+    pending = pending_run(scheduler, make_schedule, "p")
+    msgs = act(staff, RUNS, "cancel_runs", [dead, pending])
+    assert msgs[0] == (
+        "warning",
+        f"1 run(s) not cancelled: run {dead.pk} is dead; only pending, retrying, "
+        "leased or running runs can be cancelled",
+    )
+    assert msgs[1] == ("success", "Cancelled 1 run(s).")
+    assert Run.objects.get(pk=dead.pk).state == RunState.DEAD
+
+
+def test_requeue_action_dead_run_goes_pending(staff, scheduler, make_schedule, clock):
+    dead = dead_run(scheduler, make_schedule)
+    clock.advance(seconds=90)
+    assert act(staff, RUNS, "requeue_runs", [dead]) == [("success", "Requeued 1 run(s): pending now.")]
+    dead.refresh_from_db()
+    assert dead.state == RunState.PENDING and dead.available_at == clock.now()
+    assert dead.attempts == 1 and dead.max_attempts == 2
+
+
+def test_requeue_action_refuses_runs_whose_state_forbids_it(staff, scheduler, make_schedule):
+    pending = pending_run(scheduler, make_schedule)
+    assert act(staff, RUNS, "requeue_runs", [pending]) == [
+        ("warning", f"1 run(s) not requeued: run {pending.pk} is pending; only dead or cancelled runs can be requeued"),
+    ]
+    assert Run.objects.get(pk=pending.pk).state == RunState.PENDING
+
+
+def test_requeue_and_cancel_buttons_on_the_change_page(staff, scheduler, make_schedule):
+    dead = dead_run(scheduler, make_schedule)
+    base = change_url(dead).removesuffix("change/")
+    assert staff.get(base + "requeue/").status_code == 405
+    response = staff.post(base + "requeue/")
+    assert response.status_code == 302 and response["Location"] == change_url(dead)
+    assert Run.objects.get(pk=dead.pk).state == RunState.PENDING
+    assert 'id="distsched-cancel"' in staff.get(change_url(dead)).content.decode()
+    staff.post(base + "cancel/", follow=True)
+    assert Run.objects.get(pk=dead.pk).state == RunState.CANCELLED
+    response = staff.post(base + "cancel/", follow=True)  # no longer allowed: a warning, not a 500
+    assert response.status_code == 200
+    assert [level for level, _ in messages_of(response)] == ["warning"]
+
+
+def test_actions_need_the_change_permission(client, django_user_model, scheduler, make_schedule):
+    from django.contrib.auth.models import Permission
+
+    dead = dead_run(scheduler, make_schedule)
+    viewer = django_user_model.objects.create_user("viewer", password="x", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_run"))
+    client.force_login(viewer)
+    body = client.get(RUNS).content.decode()
+    assert "requeue_runs" not in body
+    assert 'id="distsched-requeue"' not in client.get(change_url(dead)).content.decode()
+    assert client.post(change_url(dead).removesuffix("change/") + "requeue/").status_code == 403
+    assert Run.objects.get(pk=dead.pk).state == RunState.DEAD
+
+
+def test_an_oversized_selection_is_refused(staff, scheduler, make_schedule, monkeypatch):
+    monkeypatch.setattr(admin_support, "MAX_ACTION_ROWS", 1)
+    a, b = pending_run(scheduler, make_schedule, "a"), pending_run(scheduler, make_schedule, "b")
+    [(level, text)] = act(staff, RUNS, "cancel_runs", [a, b])
+    assert level == "warning" and text.startswith("Select at most 1 rows")
+    assert set(Run.objects.values_list("state", flat=True)) == {RunState.PENDING}
+
+
+@pytest.fixture
+def assorted(scheduler, make_schedule, clock):
+    dead = dead_run(scheduler, make_schedule, "dies")
+    other = pending_run(scheduler, make_schedule, "other", task_name="tests.echo", queue="slow")
+    manual = scheduler.trigger("other")
+    return {"dead": dead, "other": other, "manual": manual}
+
+
+def ids_listed(response) -> set[int]:
+    return {obj.pk for obj in response.context["cl"].result_list}
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({}, {"dead", "other", "manual"}),
+        ({"state": "dead"}, {"dead"}),
+        ({"state": "pending"}, {"other", "manual"}),
+        ({"task_name": "tests.fail"}, {"dead"}),
+        ({"queue": "slow"}, {"other", "manual"}),
+        ({"schedule": "other"}, {"other", "manual"}),
+        ({"schedule": "other", "origin": "manual"}, {"manual"}),
+        ({"q": "disk full"}, {"dead"}),
+        ({"q": "other:"}, {"other"}),
+        ({"q": "manual:"}, {"manual"}),
+        ({"schedule": "no-such-schedule"}, set()),
+    ],
+)
+def test_run_filters_and_search(staff, assorted, params, expected):
+    response = staff.get(RUNS, params)
+    assert response.status_code == 200
+    assert ids_listed(response) == {assorted[k].pk for k in expected}
+
+
+def test_run_search_by_id(staff, assorted):
+    run = assorted["other"]
+    assert ids_listed(staff.get(RUNS, {"q": f"#{run.pk}"})) == {run.pk}  # "#N": the id only
+    assert run.pk in ids_listed(staff.get(RUNS, {"q": str(run.pk)}))  # "N": the id, or N in a key or an error
+
+
+@pytest.mark.parametrize("term", ["#99999999999999999999", "99999999999999999999", "#x", "#"])
+def test_run_search_with_odd_ids_is_not_an_error(staff, assorted, term):
+    response = staff.get(RUNS, {"q": term})
+    assert response.status_code == 200 and ids_listed(response) == set()
+    assert staff.get(EVENTS, {"q": term}).status_code == 200
+
+
+def test_run_filter_sidebar_offers_names_from_small_tables(staff, assorted):
+    body = staff.get(RUNS).content.decode()
+    assert "?schedule=dies" in body and "?queue=slow" in body and "?task_name=tests.noop" in body
