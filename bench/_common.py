@@ -51,8 +51,8 @@ def parser(description: str) -> argparse.ArgumentParser:
 # -- scratch database ----------------------------------------------------------
 
 @contextmanager
-def scratch_database(name: str, args: argparse.Namespace) -> Iterator[str]:
-    """Create the scratch database, configure Django for it, migrate; drop it at exit."""
+def scratch_database(name: str, args: argparse.Namespace, settings: str = "tests.settings") -> Iterator[str]:
+    """Create the scratch database, configure Django (``settings``) for it, migrate; drop it at exit."""
     if args.db == "sqlite":
         folder = Path(f"/tmp/bench-{name}")
         shutil.rmtree(folder, ignore_errors=True)
@@ -68,7 +68,7 @@ def scratch_database(name: str, args: argparse.Namespace) -> Iterator[str]:
         url = f"{PG_ADMIN_URL.replace('postgresql://', 'postgres://')}/{dbname}"
     os.environ.update(
         DATABASE_URL=url,
-        DJANGO_SETTINGS_MODULE="tests.settings",
+        DJANGO_SETTINGS_MODULE=settings,
         DJANGO_DEBUG="1" if args.debug else "0",
         DISTSCHED_LOG_LEVEL=args.log_level,
         PYTHONUNBUFFERED="1",
@@ -149,11 +149,11 @@ def reset_tables() -> None:
 
 # -- child processes -----------------------------------------------------------
 
-def spawn(args: Sequence[str], log: Path) -> subprocess.Popen:
-    """Start ``manage.py <args>`` with the benchmark's environment; output to ``log``."""
+def spawn(args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``manage.py <args>`` with the benchmark's environment (plus ``env``); output to ``log``."""
     handle = open(log, "ab")  # noqa: SIM115 - owned by the child for its lifetime
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=dict(os.environ),
+        [sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env={**os.environ, **(env or {})},
         stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )
     handle.close()

@@ -1,0 +1,35 @@
+"""The test settings plus both task backends' apps; ``BENCH_TASKS_SYSTEM`` picks ``TASKS``.
+
+Both systems share these settings (same database, same installed apps), so the
+one difference between a distsched run and a django-tasks-db run is the
+``BACKEND`` string. Without ``BENCH_TASKS_SYSTEM`` (the benchmark's own
+process, which never enqueues) the framework's dummy backend is configured.
+"""
+
+import os
+
+import django
+
+from tests.settings import *  # noqa: F403
+from tests.settings import INSTALLED_APPS
+
+DJANGO6 = django.VERSION >= (6, 0)
+BACKENDS = {
+    "distsched": "distsched_app.backends.DistschedBackend",
+    "peer": "django_tasks_db.DatabaseBackend",
+    "": ("django.tasks" if DJANGO6 else "django_tasks") + ".backends.dummy.DummyBackend",
+}
+
+INSTALLED_APPS = [
+    *INSTALLED_APPS,
+    *([] if DJANGO6 else ["django_tasks"]),  # the backport is an app; django.tasks is not
+    "django_tasks_db",
+    "bench_tasks",
+]
+TASKS = {
+    "default": {
+        "BACKEND": BACKENDS[os.environ.get("BENCH_TASKS_SYSTEM", "")],
+        "QUEUES": ["default"],
+        "OPTIONS": {},  # HOOK: distsched backend options, if the benchmark should set any
+    },
+}
