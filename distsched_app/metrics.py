@@ -41,8 +41,9 @@ from rest_framework.views import APIView
 from .api.permissions import METRICS, ModelPermissions
 from .clock import Clock, current_clock
 from .conf import conf
+from .db.expressions import Microseconds
 from .models import EventType, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
-from .services.stats import Microseconds, run_counts
+from .services.stats import run_counts
 
 WINDOW = timedelta(hours=1)
 """Durations, start lags and claim latencies describe runs finished in this window; event counts likewise."""

@@ -12,28 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from django.db.models import Count
-from django.db.models.functions import TruncHour
 
 from ..conf import conf
+from ..db.expressions import UTCHour
 from ..models import EventType, RunEvent, Schedule
-
-
-class UTCHour(TruncHour):
-    """``TruncHour`` in UTC, computed by SQLite's C ``strftime`` instead of Django's per-row Python function.
-
-    Django's SQLite ``TruncHour`` calls back into Python for every event row
-    (~0.3 s over a day of events at a million runs); timestamps are stored in
-    UTC as 'YYYY-MM-DD HH:MM:SS[.ffffff]', so the hour is a string operation.
-    PostgreSQL keeps Django's ``date_trunc``.
-    """
-
-    def __init__(self, expression: str) -> None:
-        super().__init__(expression, tzinfo=timezone.utc)
-
-    def as_sqlite(self, compiler, connection, **extra):
-        sql, params = compiler.compile(self.lhs)
-        return f"strftime('%%Y-%%m-%%d %%H:00:00', {sql})", params
-
 
 # The event that ends an attempt, by the outcome it stands for (chart order, bottom up).
 OUTCOME_EVENTS: dict[str, str] = {

@@ -19,6 +19,7 @@ from django.db.models import F
 from ..backoff import retry_delay
 from ..clock import iso_utc
 from ..conf import conf
+from ..db import locks
 from ..models import LEASED_STATES, EventType, Run, RunState
 from ..text import storable, storable_json
 from . import events
@@ -83,10 +84,7 @@ def record_failure(
     or None when the lease was lost.
     """
     with transaction.atomic():
-        qs = _fenced(run_id, worker_id, attempt).select_related("schedule")
-        if connection.features.has_select_for_update:
-            qs = qs.select_for_update(of=("self",))
-        run = qs.first()
+        run = locks.row_locked(_fenced(run_id, worker_id, attempt).select_related("schedule"), of=("self",)).first()
         if run is None:
             _lease_lost(run_id, worker_id, attempt, now, "failed")
             return None
@@ -172,8 +170,8 @@ def _held_ids(worker_id: str, held: dict[int, int], *, lock: bool = False, extra
     """Of ``held`` (run id -> attempt), the runs this worker still holds at that
     attempt: the per-run fencing check of a batch, as one indexed query."""
     qs = Run.objects.filter(pk__in=list(held), lease_owner=worker_id, state__in=LEASED_STATES)
-    if lock and connection.features.has_select_for_update:
-        qs = qs.select_for_update()
+    if lock:
+        qs = locks.row_locked(qs)
     return {row[0]: row[2:] for row in qs.values_list("id", "attempts", *extra) if held.get(row[0]) == row[1]}
 
 

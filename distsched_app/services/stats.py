@@ -6,11 +6,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.core.cache import cache
-from django.db import connection, models
-from django.db.models import Avg, BigIntegerField, Count, F, Func, Q
+from django.db import models
+from django.db.models import Avg, Count, F, Q
 
 from ..clock import iso_utc
 from ..conf import conf
+from ..db import server
+from ..db.expressions import Microseconds
 from ..models import EventType, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
 
 RECENT = timedelta(hours=24)
@@ -48,31 +50,6 @@ class Stats:
         return data
 
 
-class Microseconds(Func):
-    """``end - start`` in whole microseconds, computed by the database itself.
-
-    Django's own datetime arithmetic on SQLite calls a Python function per row
-    (``django_timestamp_diff``), which cost ~0.5 s over a day of finished runs;
-    this is C (``strftime``) on SQLite and ``EXTRACT(EPOCH ...)`` on PostgreSQL,
-    and stays exact to the microsecond, so histogram bucket edges are compared exactly.
-    """
-
-    output_field = BigIntegerField()
-    arity = 2
-
-    def as_sql(self, compiler, connection, **extra):  # PostgreSQL
-        return super().as_sql(compiler, connection,
-                              template="(EXTRACT(EPOCH FROM (%(expressions)s)) * 1000000)::bigint",
-                              arg_joiner=" - ", **extra)
-
-    def as_sqlite(self, compiler, connection, **extra):
-        # Django stores 'YYYY-MM-DD HH:MM:SS[.ffffff]' (UTC): whole seconds, then the 6-digit fraction.
-        (end, end_params), (start, start_params) = (compiler.compile(e) for e in self.get_source_expressions())
-        sql = (f"((CAST(strftime('%%s', {end}) AS INTEGER) - CAST(strftime('%%s', {start}) AS INTEGER)) * 1000000"
-               f" + CAST(substr({end}, 21, 6) AS INTEGER) - CAST(substr({start}, 21, 6) AS INTEGER))")
-        return sql, (*end_params, *end_params, *start_params, *start_params)
-
-
 BIG_TERMINAL_STATES = (RunState.SUCCEEDED, RunState.CANCELLED, RunState.SKIPPED)
 """States that grow with all history: the only counts that may come from the short-lived cache."""
 BIG_TERMINAL_CACHE_KEY = "distsched:stats:big-terminal-run-counts"
@@ -101,7 +78,7 @@ def run_counts() -> dict[tuple[str, str], int]:
     big = cache.get(BIG_TERMINAL_CACHE_KEY)
     if big is None:
         big = _counts(Run.objects.filter(state__in=BIG_TERMINAL_STATES))
-        if connection.vendor == "postgresql" and sum(big.values()) > BIG_TERMINAL_CACHE_ABOVE:
+        if server.counts_are_costly() and sum(big.values()) > BIG_TERMINAL_CACHE_ABOVE:
             cache.set(BIG_TERMINAL_CACHE_KEY, big, BIG_TERMINAL_CACHE_SECONDS)
     return counts | big
 

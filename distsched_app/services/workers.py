@@ -8,6 +8,7 @@ from datetime import datetime
 from django.db import transaction
 
 from ..conf import conf
+from ..db import server
 from ..models import Worker, WorkerStatus
 from ..text import storable
 
@@ -80,15 +81,12 @@ def measure_clock_skew() -> float | None:
     clock runs ahead would see leases expire early. SQLite shares the machine's
     clock, so there is nothing to measure. Half the round trip is allowed for.
     """
-    from django.db import connection
     from django.utils import timezone
 
-    if connection.vendor != "postgresql":
-        return None
     before = timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
-        (db_now,) = cursor.fetchone()
+    db_now = server.clock_timestamp()
+    if db_now is None:
+        return None
     after = timezone.now()
     local = before + (after - before) / 2
     return (local - db_now).total_seconds()

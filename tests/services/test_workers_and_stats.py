@@ -7,9 +7,10 @@ from datetime import timedelta
 import pytest
 from django.db.models import F
 
+from distsched_app.db.expressions import Microseconds
 from distsched_app.models import EventType, Origin, Run, RunState, Worker, WorkerStatus
 from distsched_app.services import claiming, events, outcomes, workers
-from distsched_app.services.stats import Microseconds, run_counts, runs_by_state, stats
+from distsched_app.services.stats import run_counts, runs_by_state, stats
 from tests.conftest import T0
 
 pytestmark = pytest.mark.django_db
