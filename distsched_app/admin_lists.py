@@ -16,9 +16,8 @@ from django.core.paginator import Paginator
 from django.db.models import QuerySet
 
 from .admin_support import request_now
-from .conf import conf
 from .db.server import row_estimate
-from .models import Origin, RunState, Schedule, WorkerStatus
+from .models import Origin, RunState, Schedule
 from .registry import registry
 
 MAX_ID = 2**63 - 1
@@ -151,9 +150,9 @@ class WorkerLivenessFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         value = self.value()
         if value == "alive":
-            return queryset.alive(request_now(request), conf.STALE_AFTER_SECONDS)
+            return queryset.alive(request_now(request))
         if value == "stale":
-            return queryset.stale(request_now(request), conf.STALE_AFTER_SECONDS)
+            return queryset.stale(request_now(request))
         if value == "stopped":
-            return queryset.filter(status=WorkerStatus.STOPPED)
+            return queryset.stopped()
         return queryset

@@ -8,8 +8,7 @@ from django.utils.html import format_html
 from .admin_display import age, change_url, timestamp_field
 from .admin_lists import WorkerLivenessFilter
 from .admin_support import DistschedMedia, request_now
-from .models import Run, Worker, WorkerStatus
-from .services import workers as worker_service
+from .models import Run, Worker
 
 
 @admin.register(Worker)
@@ -36,10 +35,7 @@ class WorkerAdmin(DistschedMedia, admin.ModelAdmin):
 
             @admin.display(description="liveness")
             def liveness(obj: Worker) -> str:
-                if obj.status == WorkerStatus.STOPPED:
-                    label = "stopped"
-                else:
-                    label = "stale" if worker_service.is_stale(obj, now=now) else "alive"
+                label = obj.liveness(now)
                 return format_html("<span class='distsched-live distsched-live-{}'>{}</span>", label, label)
 
             @admin.display(description="heartbeat age", ordering="-heartbeat_at")

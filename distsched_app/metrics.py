@@ -18,7 +18,7 @@ permission, unless ``DISTSCHED["METRICS_PUBLIC"]`` is true.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.http import HttpResponse
@@ -33,7 +33,7 @@ from rest_framework.views import APIView
 from .api.permissions import METRICS, ModelPermissions
 from .clock import Clock, current_clock
 from .conf import conf
-from .models import EventType, RunState
+from .models import EventType, Liveness, RunState
 from .services.stats import BUCKETS, COUNTED_EVENTS, TIMINGS, WINDOWED_EVENTS, Snapshot, read_snapshot
 
 COUNTERS: dict[str, tuple[str, str]] = {
@@ -129,17 +129,14 @@ def families(s: Snapshot) -> Iterator[Metric]:
             histogram.add_metric([queue], buckets, gsum_value=t.total_seconds)
         yield histogram
 
-    stale_cutoff = s.now - timedelta(seconds=conf.STALE_AFTER_SECONDS)
-    stale = sum(1 for w in s.live_workers if w.heartbeat_at < stale_cutoff)
     workers = GaugeMetricFamily(
         "distsched_workers",
         "Workers by liveness: alive (heartbeat fresh), stale "
         "(not stopped, heartbeat older than STALE_AFTER_SECONDS), stopped.",
         labels=["state"],
     )
-    workers.add_metric(["alive"], len(s.live_workers) - stale)
-    workers.add_metric(["stale"], stale)
-    workers.add_metric(["stopped"], s.stopped_workers)
+    for liveness in Liveness.values:
+        workers.add_metric([liveness], s.workers[liveness])
     yield workers
     age = GaugeMetricFamily(
         "distsched_worker_heartbeat_age_seconds",

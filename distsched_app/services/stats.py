@@ -32,7 +32,7 @@ from ..clock import iso_utc
 from ..conf import conf
 from ..db import server
 from ..db.expressions import Microseconds, UTCHour
-from ..models import EventType, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
+from ..models import EventType, Liveness, Run, RunEvent, RunState, Schedule, Worker
 
 RECENT = timedelta(hours=24)
 
@@ -114,13 +114,7 @@ def stats(*, now: datetime, recent_failures: int = 10) -> Stats:
     since = now - RECENT
     schedule_counts = Schedule.objects.aggregate(total=Count("id"), paused=Count("id", filter=Q(paused=True)))
     overdue = Schedule.objects.overdue(now, conf.MISFIRE_GRACE_SECONDS).count()
-    stale_cutoff = now - timedelta(seconds=conf.STALE_AFTER_SECONDS)
-    live = ~Q(status=WorkerStatus.STOPPED)
-    workers = Worker.objects.aggregate(
-        stopped=Count("worker_id", filter=Q(status=WorkerStatus.STOPPED)),
-        alive=Count("worker_id", filter=live & Q(heartbeat_at__gte=stale_cutoff)),
-        stale=Count("worker_id", filter=live & Q(heartbeat_at__lt=stale_cutoff)),
-    )
+    workers = Worker.objects.liveness_counts(now)
     # The finished_at index bounds this to the last 24 hours of runs. The state is a
     # FILTER, not a WHERE: with state = 'succeeded' in the WHERE, SQLite walked the
     # state index over every succeeded run ever.
@@ -151,9 +145,9 @@ def stats(*, now: datetime, recent_failures: int = 10) -> Stats:
         schedules_total=schedule_counts["total"],
         schedules_paused=schedule_counts["paused"],
         schedules_overdue=overdue,
-        workers_alive=workers["alive"],
-        workers_stale=workers["stale"],
-        workers_stopped=workers["stopped"],
+        workers_alive=workers[Liveness.ALIVE],
+        workers_stale=workers[Liveness.STALE],
+        workers_stopped=workers[Liveness.STOPPED],
         mean_duration_seconds=mean / 1_000_000 if mean is not None else None,
         retries_last_24h=event_counts.get(EventType.RETRY_SCHEDULED, 0),
         failures_last_24h=event_counts.get(EventType.FAILED, 0),
@@ -278,8 +272,8 @@ class Snapshot:
     events: dict[str, int]  # event type -> count of all time (COUNTED_EVENTS only)
     recent_events: dict[str, int]  # event type -> count in the last WINDOW (WINDOWED_EVENTS)
     timings: dict[str, dict[str, Timing]]  # metric name -> queue -> timing
-    live_workers: list[WorkerBeat]
-    stopped_workers: int
+    workers: dict[str, int]  # liveness (alive, stale, stopped) -> count
+    live_workers: list[WorkerBeat]  # the workers not stopped
     schedules_total: int
     schedules_paused: int
     schedules_overdue: int
@@ -321,11 +315,11 @@ def read_snapshot(now: datetime) -> Snapshot:
         recent_events[row["event_type"]] = row["recent"]
     live_workers = [
         WorkerBeat(worker_id=w, status=s, heartbeat_at=h, clock_skew_seconds=k)
-        for w, s, h, k in Worker.objects.exclude(status=WorkerStatus.STOPPED)
+        for w, s, h, k in Worker.objects.not_stopped()
         .order_by("worker_id")
         .values_list("worker_id", "status", "heartbeat_at", "clock_skew_seconds")
     ]
-    stopped = Worker.objects.filter(status=WorkerStatus.STOPPED).count()
+    workers = Worker.objects.liveness_counts(now)
     schedules = Schedule.objects.aggregate(total=Count("*"), paused=Count("pk", filter=Q(paused=True)))
     overdue = Schedule.objects.overdue(now, conf.MISFIRE_GRACE_SECONDS).aggregate(
         n=Count("*"), oldest=Min("next_run_at")
@@ -338,8 +332,8 @@ def read_snapshot(now: datetime) -> Snapshot:
         events=events,
         recent_events=recent_events,
         timings=_timings(now),
+        workers=workers,
         live_workers=live_workers,
-        stopped_workers=stopped,
         schedules_total=schedules["total"],
         schedules_paused=schedules["paused"],
         schedules_overdue=overdue["n"],

@@ -1,4 +1,8 @@
-"""Worker registration, heartbeat and liveness."""
+"""Worker registration, heartbeat and clock skew.
+
+Liveness (alive, stale, stopped) is a reading of the row, not a write: the
+model's one rule, ``Worker.liveness(now)`` and ``Worker.objects.alive/stale/stopped``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ from datetime import datetime
 
 from django.db import transaction
 
-from ..conf import conf
 from ..db import server
 from ..models import Worker, WorkerStatus
 from ..text import storable
@@ -64,14 +67,6 @@ def set_status(*, worker_id: str, status: str, now: datetime, runs_executed: int
 
 def list_workers() -> list[Worker]:
     return list(Worker.objects.all())
-
-
-def stale_workers(*, now: datetime) -> list[Worker]:
-    return list(Worker.objects.stale(now, conf.STALE_AFTER_SECONDS))
-
-
-def is_stale(worker: Worker, *, now: datetime) -> bool:
-    return worker.is_stale(now, conf.STALE_AFTER_SECONDS)
 
 
 def measure_clock_skew() -> float | None:
