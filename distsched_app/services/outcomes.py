@@ -25,12 +25,6 @@ from ..text import storable, storable_json
 from . import events
 
 
-@dataclass(frozen=True, kw_only=True)
-class LeaseStatus:
-    held: bool
-    cancel_requested: bool = False
-
-
 def truncate_error(text: str, limit: int | None = None) -> str:
     """A stored error: storable (``text.storable``), at most ``limit`` characters
     (default ``MAX_ERROR_CHARS``), its head and its tail (where the raise is) kept."""
@@ -44,24 +38,6 @@ def storable_result(value: object) -> object:
 
 def _fenced(run_id: int, worker_id: str, attempt: int):
     return Run.objects.filter(pk=run_id, lease_owner=worker_id, attempts=attempt, state__in=LEASED_STATES)
-
-
-def record_success(
-    *, run_id: int, worker_id: str, attempt: int, now: datetime, result: object = None, note: str = ""
-) -> bool:
-    """Mark the run succeeded. False (and a ``lease_lost`` event) if we no longer hold it."""
-    result = storable_result(result)
-    with transaction.atomic():
-        updated = _fenced(run_id, worker_id, attempt).update(
-            state=RunState.SUCCEEDED, finished_at=now, lease_owner="", lease_expires_at=None,
-            result=result, updated_at=now,
-        )
-        if updated:
-            events.record(run_id, EventType.SUCCEEDED, now=now, worker_id=worker_id, attempt=attempt,
-                          message=note)
-            return True
-        _lease_lost(run_id, worker_id, attempt, now, "succeeded")
-        return False
 
 
 def record_failure(
@@ -130,19 +106,6 @@ def record_failure(
         _fenced(run_id, worker_id, attempt).update(**changes)
         events.record_many(new)
         return str(changes["state"])
-
-
-def renew_lease(
-    *, run_id: int, worker_id: str, attempt: int, now: datetime, lease_seconds: float
-) -> LeaseStatus:
-    """Extend the lease of a run we hold; also reports a pending cancel request."""
-    expires = now + timedelta(seconds=lease_seconds)
-    with transaction.atomic():
-        held = _fenced(run_id, worker_id, attempt).update(lease_expires_at=expires, updated_at=now)
-    if not held:
-        return LeaseStatus(held=False)
-    cancel = Run.objects.filter(pk=run_id).values_list("cancel_requested", flat=True).first()
-    return LeaseStatus(held=True, cancel_requested=bool(cancel))
 
 
 def _lease_lost(run_id: int, worker_id: str, attempt: int, now: datetime, outcome: str) -> None:

@@ -12,6 +12,7 @@ from distsched_app.models import EventType, Origin, Run, RunState, Worker, Worke
 from distsched_app.services import claiming, events, outcomes, workers
 from distsched_app.services.stats import run_counts, runs_by_state, stats
 from tests.conftest import T0
+from tests.factories import succeed
 
 pytestmark = pytest.mark.django_db
 
@@ -58,7 +59,7 @@ def test_stats_summarise_state(scheduler, make_schedule, clock, settings):
     scheduler.tick()
     first = claiming.claim_next_run(worker_id="w", queues=None, lease_seconds=30, now=clock.now())
     clock.advance(seconds=4)
-    outcomes.record_success(run_id=first.pk, worker_id="w", attempt=1, now=clock.now())
+    succeed(first.pk, worker_id="w", attempt=1, now=clock.now())
     second = claiming.claim_next_run(worker_id="w", queues=None, lease_seconds=30, now=clock.now())
     outcomes.record_failure(run_id=second.pk, worker_id="w", attempt=1, now=clock.now(), error="boom")
     workers.register_worker(worker_id="w", hostname="h", pid=1, queues=[], now=clock.now())
