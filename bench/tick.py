@@ -155,22 +155,22 @@ def captured(fn) -> tuple[int, float, list[dict]]:
         finally:
             spent.setdefault(" ".join(sql.split())[:70], []).append(time.perf_counter() - start)
 
-    # PostgreSQL's bulk statements bypass Django's cursor (services/pgarrays.py): time them too.
-    from distsched_app.services import pgarrays
+    # PostgreSQL's bulk statements bypass Django's cursor (db/bulk.py): time them too.
+    from distsched_app.db import bulk
 
-    pg_execute = pgarrays.execute
+    pg_execute = bulk.server_side_execute
 
     def timed_pg_execute(sql, params):
         return timer(lambda s, p, m, ctx: pg_execute(s, p), sql, params, False, None)
 
-    pgarrays.execute = timed_pg_execute
+    bulk.server_side_execute = timed_pg_execute
     try:
         with connection.execute_wrapper(timer):
             start = time.perf_counter()
             fn()
             elapsed = time.perf_counter() - start
     finally:
-        pgarrays.execute = pg_execute
+        bulk.server_side_execute = pg_execute
     total = sum(sum(v) for v in spent.values())
     top = sorted(({"sql": k, "count": len(v), "ms": sum(v) * 1000} for k, v in spent.items()),
                  key=lambda d: -d["ms"])[:6]

@@ -1,16 +1,10 @@
 """Prometheus metrics at ``GET /metrics``, computed from the database at scrape time.
 
 Nothing is counted in process memory: each scrape builds a fresh registry
-whose collector reads the database, so every web process answers the same
-numbers however many workers, tickers and web processes run. A scrape is
-nine aggregate queries whatever the data, each read from an index: runs by
-state and queue (two ranges of the ``(state, queue)`` index: active and dead,
-then the big terminal states, ~0.1 s at a million runs, the only cost that
-grows with all history; ``distsched prune`` keeps it down; see
-``services.stats.run_counts`` for the 10 s cache on a large PostgreSQL), the
-oldest waiting run (the claim index), rare events of all time and frequent
-ones of the last hour (the ``(event_type, created_at)`` index), runs finished
-in the last hour (the ``finished_at`` index), workers and schedules.
+whose collector reads one snapshot (``services.stats.read_snapshot``,
+nine indexed aggregate queries whatever the data), so every web process
+answers the same numbers however many workers, tickers and web processes
+run. This module only names and renders the metric families, and serves the view.
 
 The ``*_total`` counters are derived from durable state (succeeded runs, run
 events of a type); pruning history lowers them, which Prometheus' ``rate()``
@@ -24,11 +18,9 @@ permission, unless ``DISTSCHED["METRICS_PUBLIC"]`` is true.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, F, Min, Q, Sum
 from django.http import HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
@@ -41,141 +33,35 @@ from rest_framework.views import APIView
 from .api.permissions import METRICS, ModelPermissions
 from .clock import Clock, current_clock
 from .conf import conf
-from .models import EventType, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
-from .services.stats import Microseconds, run_counts
+from .models import EventType, Liveness, RunState
+from .services.stats import BUCKETS, COUNTED_EVENTS, TIMINGS, WINDOWED_EVENTS, Snapshot, read_snapshot
 
-WINDOW = timedelta(hours=1)
-"""Durations, start lags and claim latencies describe runs finished in this window; event counts likewise."""
-
-COUNTED_EVENTS: dict[str, tuple[str, str]] = {
-    # event type: (counter name, help). Rare events, so counting all of them stays cheap.
-    EventType.MARKED_DEAD: ("distsched_runs_dead", "Runs that went dead, out of attempts (marked_dead events; "
-                                                   "a run requeued and dead again counts twice)."),
+COUNTERS: dict[str, tuple[str, str]] = {
+    # event type (stats.COUNTED_EVENTS): (counter name, help)
+    EventType.MARKED_DEAD: (
+        "distsched_runs_dead",
+        "Runs that went dead, out of attempts (marked_dead events; a run requeued and dead again counts twice).",
+    ),
     EventType.FAILED: ("distsched_run_failures", "Failed attempts (failed events)."),
-    EventType.RETRY_SCHEDULED: ("distsched_run_retries", "Retries scheduled after a failed attempt "
-                                                         "(retry_scheduled events)."),
-    EventType.LEASE_EXPIRED: ("distsched_leases_expired", "Leases that expired because their worker went "
-                                                          "silent (lease_expired events)."),
-}
-WINDOWED_EVENTS: tuple[str, ...] = (*COUNTED_EVENTS, EventType.SUCCEEDED, EventType.CANCELLED, EventType.SKIPPED,
-                                    EventType.LEASE_LOST)
-
-BUCKETS: tuple[float, ...] = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
-"""Upper bounds (seconds) of the duration, start-lag and claim-latency histograms."""
-
-TIMINGS: dict[str, tuple[str, str, str]] = {
-    # name: (end field, start field, help)
-    "run_duration_seconds": ("finished_at", "started_at",
-                             "Run duration (finished_at - started_at of the last attempt) of runs that ended "
-                             "succeeded or dead in the last hour."),
-    "run_start_lag_seconds": ("started_at", "scheduled_for",
-                              "Start lag (started_at - scheduled_for: how late the last attempt started "
-                              "after its slot, retry backoff included) of runs finished in the last hour."),
-    "run_claim_latency_seconds": ("started_at", "available_at",
-                                  "Claim latency (started_at - available_at: how long the last attempt waited "
-                                  "for a worker once eligible) of runs finished in the last hour."),
+    EventType.RETRY_SCHEDULED: (
+        "distsched_run_retries",
+        "Retries scheduled after a failed attempt (retry_scheduled events).",
+    ),
+    EventType.LEASE_EXPIRED: (
+        "distsched_leases_expired",
+        "Leases that expired because their worker went silent (lease_expired events).",
+    ),
 }
 
-
-@dataclass(frozen=True, kw_only=True)
-class Timing:
-    """A distribution over the window: cumulative bucket counts, count and sum."""
-
-    buckets: tuple[int, ...]
-    count: int
-    total_seconds: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkerBeat:
-    worker_id: str
-    status: str
-    heartbeat_at: datetime
-    clock_skew_seconds: float | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Snapshot:
-    """Everything one scrape reports, read at one instant ``now``."""
-
-    now: datetime
-    runs: dict[tuple[str, str], int]  # (state, queue) -> count
-    oldest_waiting: dict[str, datetime]  # queue -> oldest available_at of a due pending/retrying run
-    events: dict[str, int]  # event type -> count of all time (COUNTED_EVENTS only)
-    recent_events: dict[str, int]  # event type -> count in the last WINDOW (WINDOWED_EVENTS)
-    timings: dict[str, dict[str, Timing]]  # metric name -> queue -> timing
-    live_workers: list[WorkerBeat]
-    stopped_workers: int
-    schedules_total: int
-    schedules_paused: int
-    schedules_overdue: int
-    oldest_overdue: datetime | None
-    queues: list[str] = field(default_factory=list)
-
-
-def read_snapshot(now: datetime) -> Snapshot:
-    """Nine small queries, each read from an index (the events table only through ``(event_type, created_at)``)."""
-    # From the (state, queue) index alone: no runs table row is read (see run_counts for exactness).
-    runs = run_counts()
-    # The claim query's partial index (queue, available_at) over waiting runs only.
-    oldest_waiting = {row["queue"]: row["oldest"] for row in Run.objects.waiting(now).order_by()
-                      .values("queue").annotate(oldest=Min("available_at"))}
-    # Ranges of the (event_type, created_at) index only: every rare event, and the
-    # last hour of the frequent ones (one statement, two index ranges: an OR of
-    # the two made the planners read far more of the index). Counting created_at needs no event row.
-    since = now - WINDOW
-    rare = (RunEvent.objects.filter(event_type__in=list(COUNTED_EVENTS)).order_by().values("event_type")
-            .annotate(n=Count("created_at"), recent=Count("created_at", filter=Q(created_at__gte=since))))
-    frequent = (RunEvent.objects.filter(event_type__in=[e for e in WINDOWED_EVENTS if e not in COUNTED_EVENTS],
-                                        created_at__gte=since)
-                .order_by().values("event_type").annotate(n=Count("created_at"), recent=Count("created_at")))
-    events: dict[str, int] = {}
-    recent_events: dict[str, int] = {}
-    for row in rare.union(frequent, all=True).order_by():  # no Meta.ordering on a union of groups
-        events[row["event_type"]] = row["n"]
-        recent_events[row["event_type"]] = row["recent"]
-    live_workers = [
-        WorkerBeat(worker_id=w, status=s, heartbeat_at=h, clock_skew_seconds=k)
-        for w, s, h, k in Worker.objects.exclude(status=WorkerStatus.STOPPED).order_by("worker_id")
-        .values_list("worker_id", "status", "heartbeat_at", "clock_skew_seconds")
-    ]
-    stopped = Worker.objects.filter(status=WorkerStatus.STOPPED).count()
-    schedules = Schedule.objects.aggregate(total=Count("*"), paused=Count("pk", filter=Q(paused=True)))
-    overdue = Schedule.objects.overdue(now, conf.MISFIRE_GRACE_SECONDS).aggregate(
-        n=Count("*"), oldest=Min("next_run_at")
-    )
-    queues = sorted({queue for _, queue in runs} | {"default"})
-    return Snapshot(
-        now=now, runs=runs, oldest_waiting=oldest_waiting, events=events,
-        recent_events=recent_events, timings=_timings(now),
-        live_workers=live_workers, stopped_workers=stopped, schedules_total=schedules["total"],
-        schedules_paused=schedules["paused"], schedules_overdue=overdue["n"], oldest_overdue=overdue["oldest"],
-        queues=queues,
-    )
-
-
-def _timings(now: datetime) -> dict[str, dict[str, Timing]]:
-    """One grouped query over the window (``finished_at`` index): bucket counts as conditional COUNTs."""
-    qs = Run.objects.filter(
-        finished_at__gte=now - WINDOW, state__in=[RunState.SUCCEEDED, RunState.DEAD], started_at__isnull=False
-    ).order_by()
-    aggregates: dict[str, Any] = {}
-    for name, (end, start, _) in TIMINGS.items():
-        qs = qs.alias(**{name: Microseconds(F(end), F(start))})  # in the database, exact to the microsecond
-        aggregates[f"{name}__sum"] = Sum(name)
-        for i, bound in enumerate(BUCKETS):
-            aggregates[f"{name}__le{i}"] = Count("pk", filter=Q(**{f"{name}__lte": round(bound * 1_000_000)}))
-    aggregates["n"] = Count("*")
-    out: dict[str, dict[str, Timing]] = {name: {} for name in TIMINGS}
-    for row in qs.values("queue").annotate(**aggregates):
-        for name in TIMINGS:
-            total = row[f"{name}__sum"]
-            out[name][row["queue"]] = Timing(
-                buckets=tuple(row[f"{name}__le{i}"] for i in range(len(BUCKETS))),
-                count=row["n"],
-                total_seconds=total / 1_000_000 if total is not None else 0.0,
-            )
-    return out
+TIMING_HELP: dict[str, str] = {
+    # stats.TIMINGS name: help
+    "run_duration_seconds": "Run duration (finished_at - started_at of the last attempt) of runs that ended "
+    "succeeded or dead in the last hour.",
+    "run_start_lag_seconds": "Start lag (started_at - scheduled_for: how late the last attempt started "
+    "after its slot, retry backoff included) of runs finished in the last hour.",
+    "run_claim_latency_seconds": "Claim latency (started_at - available_at: how long the last attempt waited "
+    "for a worker once eligible) of runs finished in the last hour.",
+}
 
 
 class DistschedCollector(Collector):
@@ -197,54 +83,71 @@ class DistschedCollector(Collector):
 
 def families(s: Snapshot) -> Iterator[Metric]:
     """The metric families of one snapshot (pure: no database, no clock)."""
-    runs = GaugeMetricFamily("distsched_runs", "Runs by current state and queue (exact; on PostgreSQL with more "
-                             "than 100,000 succeeded/cancelled/skipped runs those three may be up to 10 s old).",
-                             labels=["state", "queue"])
+    runs = GaugeMetricFamily(
+        "distsched_runs",
+        "Runs by current state and queue (exact; on PostgreSQL with more "
+        "than 100,000 succeeded/cancelled/skipped runs those three may be up to 10 s old).",
+        labels=["state", "queue"],
+    )
     for queue in s.queues:
         for state in RunState.values:
             runs.add_metric([state, queue], s.runs.get((state, queue), 0))
     yield runs
-    succeeded = CounterMetricFamily("distsched_runs_succeeded", "Runs that succeeded (runs in state succeeded; "
-                                    "like distsched_runs, up to 10 s old on a large PostgreSQL).",
-                                    labels=["queue"])
+    succeeded = CounterMetricFamily(
+        "distsched_runs_succeeded",
+        "Runs that succeeded (runs in state succeeded; like distsched_runs, up to 10 s old on a large PostgreSQL).",
+        labels=["queue"],
+    )
     for queue in s.queues:
         succeeded.add_metric([queue], s.runs.get((RunState.SUCCEEDED, queue), 0))
     yield succeeded
-    for event_type, (name, text) in COUNTED_EVENTS.items():
+    for event_type in COUNTED_EVENTS:
+        name, text = COUNTERS[event_type]
         yield CounterMetricFamily(name, text, value=s.events.get(event_type, 0))
-    recent = GaugeMetricFamily("distsched_run_events_last_hour", "Run events of each type recorded in the last "
-                               "hour (unaffected by prune and requeue: use it for alerts).", labels=["event_type"])
+    recent = GaugeMetricFamily(
+        "distsched_run_events_last_hour",
+        "Run events of each type recorded in the last hour (unaffected by prune and requeue: use it for alerts).",
+        labels=["event_type"],
+    )
     for event_type in WINDOWED_EVENTS:
         recent.add_metric([str(event_type)], s.recent_events.get(event_type, 0))
     yield recent
-    waiting = GaugeMetricFamily("distsched_oldest_waiting_run_age_seconds",
-                                "Seconds the oldest due pending/retrying run has been waiting for a worker "
-                                "(0: none waiting).", labels=["queue"])
+    waiting = GaugeMetricFamily(
+        "distsched_oldest_waiting_run_age_seconds",
+        "Seconds the oldest due pending/retrying run has been waiting for a worker (0: none waiting).",
+        labels=["queue"],
+    )
     for queue in s.queues:
         oldest = s.oldest_waiting.get(queue)
         waiting.add_metric([queue], _age(s.now, oldest))
     yield waiting
 
-    for name, (_, _, text) in TIMINGS.items():
-        histogram = GaugeHistogramMetricFamily(f"distsched_{name}", text, labels=["queue"])
+    for name in TIMINGS:
+        histogram = GaugeHistogramMetricFamily(f"distsched_{name}", TIMING_HELP[name], labels=["queue"])
         for queue, t in sorted(s.timings[name].items()):
             buckets = [(_bound(b), n) for b, n in zip(BUCKETS, t.buckets, strict=True)] + [("+Inf", t.count)]
             histogram.add_metric([queue], buckets, gsum_value=t.total_seconds)
         yield histogram
 
-    stale_cutoff = s.now - timedelta(seconds=conf.STALE_AFTER_SECONDS)
-    stale = sum(1 for w in s.live_workers if w.heartbeat_at < stale_cutoff)
-    workers = GaugeMetricFamily("distsched_workers", "Workers by liveness: alive (heartbeat fresh), stale "
-                                "(not stopped, heartbeat older than STALE_AFTER_SECONDS), stopped.", labels=["state"])
-    workers.add_metric(["alive"], len(s.live_workers) - stale)
-    workers.add_metric(["stale"], stale)
-    workers.add_metric(["stopped"], s.stopped_workers)
+    workers = GaugeMetricFamily(
+        "distsched_workers",
+        "Workers by liveness: alive (heartbeat fresh), stale "
+        "(not stopped, heartbeat older than STALE_AFTER_SECONDS), stopped.",
+        labels=["state"],
+    )
+    for liveness in Liveness.values:
+        workers.add_metric([liveness], s.workers[liveness])
     yield workers
-    age = GaugeMetricFamily("distsched_worker_heartbeat_age_seconds",
-                            "Seconds since each non-stopped worker's last heartbeat.", labels=["worker_id", "status"])
-    skew = GaugeMetricFamily("distsched_worker_clock_skew_seconds",
-                             "How far each worker's clock is ahead of the database's (PostgreSQL only).",
-                             labels=["worker_id"])
+    age = GaugeMetricFamily(
+        "distsched_worker_heartbeat_age_seconds",
+        "Seconds since each non-stopped worker's last heartbeat.",
+        labels=["worker_id", "status"],
+    )
+    skew = GaugeMetricFamily(
+        "distsched_worker_clock_skew_seconds",
+        "How far each worker's clock is ahead of the database's (PostgreSQL only).",
+        labels=["worker_id"],
+    )
     for w in s.live_workers:
         age.add_metric([w.worker_id, w.status], _age(s.now, w.heartbeat_at))
         if w.clock_skew_seconds is not None:
@@ -256,12 +159,16 @@ def families(s: Snapshot) -> Iterator[Metric]:
     schedules.add_metric(["active"], s.schedules_total - s.schedules_paused)
     schedules.add_metric(["paused"], s.schedules_paused)
     yield schedules
-    yield GaugeMetricFamily("distsched_schedules_overdue",
-                            "Active schedules whose next_run_at is older than MISFIRE_GRACE_SECONDS: "
-                            "no ticker is running.", value=s.schedules_overdue)
-    yield GaugeMetricFamily("distsched_schedule_max_overdue_seconds",
-                            "Seconds the most overdue active schedule's next_run_at is in the past "
-                            "(0: none overdue).", value=_age(s.now, s.oldest_overdue))
+    yield GaugeMetricFamily(
+        "distsched_schedules_overdue",
+        "Active schedules whose next_run_at is older than MISFIRE_GRACE_SECONDS: no ticker is running.",
+        value=s.schedules_overdue,
+    )
+    yield GaugeMetricFamily(
+        "distsched_schedule_max_overdue_seconds",
+        "Seconds the most overdue active schedule's next_run_at is in the past (0: none overdue).",
+        value=_age(s.now, s.oldest_overdue),
+    )
 
 
 def _age(now: datetime, then: datetime | None) -> float:
@@ -273,6 +180,7 @@ def _bound(seconds: float) -> str:
 
 
 # ------------------------------------------------------------------ the view
+
 
 class PrometheusTextRenderer(BaseRenderer):
     """Renders DRF's error responses (401/403/405) as one plain-text line."""

@@ -1,7 +1,7 @@
 """Durable state: schedules, runs, workers and the append-only run history.
 
 Fields, states, constraints, indexes and the QuerySet vocabulary the services
-use (``due``, ``claimable``, ``stale``). Transitions live in ``services``.
+use (``due``, ``waiting``, ``alive``/``stale``/``stopped``). Transitions live in ``services``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
+from .conf import conf
 from .text import StorableJSONDecoder
 
 
@@ -261,15 +262,46 @@ class Run(models.Model):
         return f"{self.pk}:{self.attempts}"
 
 
-class WorkerQuerySet(models.QuerySet):
-    def stale(self, now: datetime, stale_after_seconds: float) -> WorkerQuerySet:
-        """Not stopped, but silent for longer than ``stale_after_seconds``."""
-        cutoff = now - timedelta(seconds=stale_after_seconds)
-        return self.exclude(status=WorkerStatus.STOPPED).filter(heartbeat_at__lt=cutoff)
+class Liveness(models.TextChoices):
+    """What a worker row says of its process, read at ``now`` (never stored)."""
 
-    def alive(self, now: datetime, stale_after_seconds: float) -> WorkerQuerySet:
-        cutoff = now - timedelta(seconds=stale_after_seconds)
-        return self.exclude(status=WorkerStatus.STOPPED).filter(heartbeat_at__gte=cutoff)
+    ALIVE = "alive", "alive"  # not stopped, heartbeat within STALE_AFTER_SECONDS
+    STALE = "stale", "stale"  # not stopped, but silent for longer: probably dead
+    STOPPED = "stopped", "stopped"  # said so on its way out
+
+
+def _stale_before(now: datetime) -> datetime:
+    """The liveness rule's one cutoff: a heartbeat older than this is stale."""
+    return now - timedelta(seconds=conf.STALE_AFTER_SECONDS)
+
+
+class WorkerQuerySet(models.QuerySet):
+    """The liveness rule as row sets; ``Worker.liveness`` is the same rule for one row."""
+
+    def stopped(self) -> WorkerQuerySet:
+        return self.filter(status=WorkerStatus.STOPPED)
+
+    def not_stopped(self) -> WorkerQuerySet:
+        """Alive or stale: the workers that have not said they stopped."""
+        return self.exclude(status=WorkerStatus.STOPPED)
+
+    def stale(self, now: datetime) -> WorkerQuerySet:
+        """Not stopped, but silent for longer than ``STALE_AFTER_SECONDS``."""
+        return self.not_stopped().filter(heartbeat_at__lt=_stale_before(now))
+
+    def alive(self, now: datetime) -> WorkerQuerySet:
+        """Not stopped, heartbeat within ``STALE_AFTER_SECONDS``."""
+        return self.not_stopped().filter(heartbeat_at__gte=_stale_before(now))
+
+    def liveness_counts(self, now: datetime) -> dict[str, int]:
+        """Workers by liveness (every ``Liveness`` value a key), in one aggregate query."""
+        cutoff = _stale_before(now)
+        live = ~Q(status=WorkerStatus.STOPPED)
+        return self.aggregate(**{
+            Liveness.ALIVE.value: models.Count("worker_id", filter=live & Q(heartbeat_at__gte=cutoff)),
+            Liveness.STALE.value: models.Count("worker_id", filter=live & Q(heartbeat_at__lt=cutoff)),
+            Liveness.STOPPED.value: models.Count("worker_id", filter=Q(status=WorkerStatus.STOPPED)),
+        })
 
 
 class Worker(models.Model):
@@ -294,10 +326,11 @@ class Worker(models.Model):
     def __str__(self) -> str:
         return self.worker_id
 
-    def is_stale(self, now: datetime, stale_after_seconds: float) -> bool:
+    def liveness(self, now: datetime) -> Liveness:
+        """``WorkerQuerySet``'s rule for this row: stopped, else stale or alive by heartbeat age."""
         if self.status == WorkerStatus.STOPPED:
-            return False
-        return self.heartbeat_at < now - timedelta(seconds=stale_after_seconds)
+            return Liveness.STOPPED
+        return Liveness.STALE if self.heartbeat_at < _stale_before(now) else Liveness.ALIVE
 
 
 class RunEvent(models.Model):

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..services.dashboard import OUTCOMES, HourOutcomes
+from ..services.stats import OUTCOMES, HourOutcomes
 
 # Outcome -> CSS class and legend colour (the template styles the classes).
 COLOURS: dict[str, str] = {

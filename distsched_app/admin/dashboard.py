@@ -3,7 +3,7 @@
 Served by ``RunAdmin.get_urls`` under ``/admin/distsched_app/run/dashboard/``
 (URL name ``admin:distsched_dashboard``), so it needs a staff login like any
 admin page, and the view permission on runs. Every figure comes from a
-read-only service (``services.stats``, ``services.dashboard``); the chart is
+read-only service (``services.stats``); the chart is
 inline SVG drawn server-side from ``chart.build_chart``.
 """
 
@@ -18,7 +18,6 @@ from django.urls import reverse
 
 from ..conf import conf
 from ..models import RunState
-from ..services import dashboard as dashboard_service
 from ..services import stats as stats_service
 from .chart import build_chart
 from .support import request_now
@@ -36,7 +35,7 @@ def view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
         {"state": state, "count": figures.runs_by_state.get(state, 0), "url": f"{runs_url}?state={state}"}
         for state in RunState.values
     ]
-    hours = dashboard_service.outcomes_per_hour(now=now)
+    hours = stats_service.outcomes_per_hour(now=now)
     context = {
         **model_admin.admin_site.each_context(request),
         "title": "Scheduler dashboard",
@@ -48,7 +47,7 @@ def view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
         "runs_url": runs_url,
         "workers_url": workers_url,
         "schedules_url": reverse("admin:distsched_app_schedule_changelist"),
-        "overdue": dashboard_service.overdue_schedules(now=now),
+        "overdue": stats_service.overdue_schedules(now=now),
         "grace_seconds": conf.MISFIRE_GRACE_SECONDS,
         "stale_after_seconds": conf.STALE_AFTER_SECONDS,
         "chart": build_chart(hours),

@@ -13,11 +13,10 @@ from functools import cached_property
 
 from django.contrib import admin
 from django.core.paginator import Paginator
-from django.db import connections
 from django.db.models import QuerySet
 
-from ..conf import conf
-from ..models import Origin, RunState, Schedule, WorkerStatus
+from ..db.server import row_estimate
+from ..models import Origin, RunState, Schedule
 from ..registry import registry
 from .support import request_now
 
@@ -50,19 +49,15 @@ class LargeTablePaginator(Paginator):
     @cached_property
     def count(self) -> int:
         qs = self.object_list
-        if isinstance(qs, QuerySet) and not qs.query.where and connections[qs.db].vendor == "postgresql":
+        if isinstance(qs, QuerySet) and not qs.query.where:
             estimate = self._estimate(qs)
-            if estimate >= self.estimate_above:
+            if estimate is not None and estimate >= self.estimate_above:
                 return estimate
         return qs.count() if isinstance(qs, QuerySet) else len(qs)
 
     @staticmethod
-    def _estimate(qs: QuerySet) -> int:
-        with connections[qs.db].cursor() as cursor:
-            cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                           [qs.model._meta.db_table])
-            row = cursor.fetchone()
-        return int(row[0]) if row and row[0] is not None else -1
+    def _estimate(qs: QuerySet) -> int | None:
+        return row_estimate(qs.model, using=qs.db)
 
 
 class ValueFilter(admin.SimpleListFilter):
@@ -155,9 +150,9 @@ class WorkerLivenessFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         value = self.value()
         if value == "alive":
-            return queryset.alive(request_now(request), conf.STALE_AFTER_SECONDS)
+            return queryset.alive(request_now(request))
         if value == "stale":
-            return queryset.stale(request_now(request), conf.STALE_AFTER_SECONDS)
+            return queryset.stale(request_now(request))
         if value == "stopped":
-            return queryset.filter(status=WorkerStatus.STOPPED)
+            return queryset.stopped()
         return queryset

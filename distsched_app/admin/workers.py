@@ -5,8 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.utils.html import format_html
 
-from ..models import Run, Worker, WorkerStatus
-from ..services import workers as worker_service
+from ..models import Run, Worker
 from .display import age, change_url, timestamp_field
 from .lists import WorkerLivenessFilter
 from .mixins import DistschedMedia
@@ -37,10 +36,7 @@ class WorkerAdmin(DistschedMedia, admin.ModelAdmin):
 
             @admin.display(description="liveness")
             def liveness(obj: Worker) -> str:
-                if obj.status == WorkerStatus.STOPPED:
-                    label = "stopped"
-                else:
-                    label = "stale" if worker_service.is_stale(obj, now=now) else "alive"
+                label = obj.liveness(now)
                 return format_html("<span class='distsched-live distsched-live-{}'>{}</span>", label, label)
 
             @admin.display(description="heartbeat age", ordering="-heartbeat_at")

@@ -15,10 +15,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..errors import ValidationError
-from ..models import CatchUp, Overlap, Run, RunEvent, Schedule, ScheduleKind, Worker
+from ..models import CatchUp, Liveness, Overlap, Run, RunEvent, Schedule, ScheduleKind, Worker
 from ..services import queries
 from ..services import schedules as schedule_service
-from ..services import workers as worker_service
 from ..services.validation import MAX_ATTEMPTS_LIMIT, MAX_INTERVAL_SECONDS, NAME_MAX
 from .fields import (
     StrictBooleanField,
@@ -156,7 +155,7 @@ class WorkerSerializer(serializers.ModelSerializer):
         return (self.context["now"] - worker.heartbeat_at).total_seconds()
 
     def get_stale(self, worker: Worker) -> bool:
-        return worker_service.is_stale(worker, now=self.context["now"])
+        return worker.liveness(self.context["now"]) == Liveness.STALE
 
 
 class RecentFailureSerializer(serializers.Serializer):

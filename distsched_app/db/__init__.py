@@ -1,4 +1,11 @@
 """The only code that knows which database it talks to.
 
+Nothing outside this package reads ``connection.vendor`` or ``connection.features``.
+
+    bulk         insert rows and update from rows (PostgreSQL arrays bound on the server,
+                 elsewhere chunked VALUES lists), columns and types from the models
+    locks        skip-locked and row-locked selects, a no-op on SQLite (BEGIN IMMEDIATE)
+    expressions  SQL functions with a SQLite branch (Microseconds, UTCHour)
+    server       what only some servers tell: their clock, a row estimate, costly counts
     retry        the one backoff-and-retry helper for transient database errors
 """

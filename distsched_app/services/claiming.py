@@ -16,19 +16,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Min
 
 from ..clock import iso_utc
+from ..db import locks
 from ..models import EventType, Run, RunEvent, RunQuerySet, RunState, Schedule
 from . import events
 
 
 def _lock(qs: RunQuerySet) -> RunQuerySet:
-    qs = qs.select_related("schedule")
-    if connection.features.has_select_for_update_skip_locked:
-        qs = qs.select_for_update(skip_locked=True, of=("self",))
-    return qs
+    return locks.skip_locked(qs.select_related("schedule"), of=("self",))
 
 
 def claim_runs(

@@ -6,11 +6,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection
-
+from ..db import bulk
 from ..models import Run, RunEvent
 from ..text import storable
-from . import pgarrays
 
 MAX_MESSAGE_CHARS = 2000
 
@@ -55,48 +53,31 @@ def record(
     if attempt is None:
         attempt = 0 if isinstance(run, int) else run.attempts
     event = _build(
-        NewEvent(run_id=run_id, event_type=event_type, now=now, message=message,
-                 worker_id=worker_id, attempt=attempt)
+        NewEvent(run_id=run_id, event_type=event_type, now=now, message=message, worker_id=worker_id, attempt=attempt)
     )
     event.save(force_insert=True)
     return event
 
 
-INSERT_CHUNK = 300
-
-
 def record_many(events: Iterable[NewEvent]) -> None:
     """Append several events at once (tick and batch outcomes).
 
-    Written as SQL rather than ``bulk_create`` because it sits on the worker's
-    hot path: building model instances cost more than the insert itself.
+    Written as one bulk insert (``db.bulk``) rather than ``bulk_create`` because
+    it sits on the worker's hot path: building model instances cost more than
+    the insert itself.
     """
     events = list(events)
-    if not events:
-        return
-    table = connection.ops.quote_name(RunEvent._meta.db_table)
-    columns = "run_id, event_type, message, worker_id, attempt, created_at"
-    if connection.vendor == "postgresql":
-        # One array per column, bound on the server: 6 parameters, not 6 per event.
-        pgarrays.execute(
-            f"INSERT INTO {table} ({columns}) SELECT * FROM unnest(%b::bigint[], %b::text[], %b::text[], "
-            "%b::text[], %b::integer[], %b::timestamptz[])",
-            [[e.run_id for e in events], [e.event_type for e in events],
-             [_storable(e.message) for e in events], [e.worker_id for e in events],
-             [e.attempt for e in events], [e.now for e in events]],
-        )
-        return
-    with connection.cursor() as cursor:
-        rows = [
-            (e.run_id, e.event_type, _storable(e.message), e.worker_id, e.attempt,
-             connection.ops.adapt_datetimefield_value(e.now))
-            for e in events
-        ]
-        for start in range(0, len(rows), INSERT_CHUNK):
-            chunk = rows[start:start + INSERT_CHUNK]
-            values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(chunk))
-            cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values}",
-                           [value for row in chunk for value in row])
+    bulk.insert_rows(
+        RunEvent,
+        {
+            "run": [e.run_id for e in events],
+            "event_type": [e.event_type for e in events],
+            "message": [_storable(e.message) for e in events],
+            "worker_id": [e.worker_id for e in events],
+            "attempt": [e.attempt for e in events],
+            "created_at": [e.now for e in events],
+        },
+    )
 
 
 def history(run_id: int) -> list[RunEvent]:

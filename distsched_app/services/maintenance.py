@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 
+from ..db import locks
 from ..errors import ValidationError
 from ..models import TERMINAL_STATES, Run, RunEvent, RunQuerySet, Worker
 
@@ -91,13 +92,11 @@ def _prune_batch(cutoff: datetime, batch_size: int, after_id: int) -> tuple[int,
     nothing is left. Walking by id guarantees progress even if a row is skipped.
     """
     with transaction.atomic():
-        qs = prunable_runs(cutoff).filter(pk__gt=after_id).order_by("pk")
-        if connection.features.has_select_for_update_skip_locked:
-            # The row lock makes an operator's concurrent requeue of one of these
-            # runs wait for us (and then find it gone) instead of reviving a run
-            # whose history we are deleting. SQLite needs none: BEGIN IMMEDIATE
-            # already holds the database write lock for the whole batch.
-            qs = qs.select_for_update(skip_locked=True)
+        # The row lock makes an operator's concurrent requeue of one of these
+        # runs wait for us (and then find it gone) instead of reviving a run
+        # whose history we are deleting. SQLite needs none: BEGIN IMMEDIATE
+        # already holds the database write lock for the whole batch.
+        qs = locks.skip_locked(prunable_runs(cutoff).filter(pk__gt=after_id).order_by("pk"))
         ids = list(qs.values_list("pk", flat=True)[:batch_size])
         if not ids:
             return 0, 0, None

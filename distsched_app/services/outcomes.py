@@ -19,15 +19,10 @@ from django.db.models import F
 from ..backoff import retry_delay
 from ..clock import iso_utc
 from ..conf import conf
+from ..db import locks
 from ..models import LEASED_STATES, EventType, Run, RunState
 from ..text import storable, storable_json
 from . import events
-
-
-@dataclass(frozen=True, kw_only=True)
-class LeaseStatus:
-    held: bool
-    cancel_requested: bool = False
 
 
 def truncate_error(text: str, limit: int | None = None) -> str:
@@ -43,24 +38,6 @@ def storable_result(value: object) -> object:
 
 def _fenced(run_id: int, worker_id: str, attempt: int):
     return Run.objects.filter(pk=run_id, lease_owner=worker_id, attempts=attempt, state__in=LEASED_STATES)
-
-
-def record_success(
-    *, run_id: int, worker_id: str, attempt: int, now: datetime, result: object = None, note: str = ""
-) -> bool:
-    """Mark the run succeeded. False (and a ``lease_lost`` event) if we no longer hold it."""
-    result = storable_result(result)
-    with transaction.atomic():
-        updated = _fenced(run_id, worker_id, attempt).update(
-            state=RunState.SUCCEEDED, finished_at=now, lease_owner="", lease_expires_at=None,
-            result=result, updated_at=now,
-        )
-        if updated:
-            events.record(run_id, EventType.SUCCEEDED, now=now, worker_id=worker_id, attempt=attempt,
-                          message=note)
-            return True
-        _lease_lost(run_id, worker_id, attempt, now, "succeeded")
-        return False
 
 
 def record_failure(
@@ -83,10 +60,7 @@ def record_failure(
     or None when the lease was lost.
     """
     with transaction.atomic():
-        qs = _fenced(run_id, worker_id, attempt).select_related("schedule")
-        if connection.features.has_select_for_update:
-            qs = qs.select_for_update(of=("self",))
-        run = qs.first()
+        run = locks.row_locked(_fenced(run_id, worker_id, attempt).select_related("schedule"), of=("self",)).first()
         if run is None:
             _lease_lost(run_id, worker_id, attempt, now, "failed")
             return None
@@ -134,19 +108,6 @@ def record_failure(
         return str(changes["state"])
 
 
-def renew_lease(
-    *, run_id: int, worker_id: str, attempt: int, now: datetime, lease_seconds: float
-) -> LeaseStatus:
-    """Extend the lease of a run we hold; also reports a pending cancel request."""
-    expires = now + timedelta(seconds=lease_seconds)
-    with transaction.atomic():
-        held = _fenced(run_id, worker_id, attempt).update(lease_expires_at=expires, updated_at=now)
-    if not held:
-        return LeaseStatus(held=False)
-    cancel = Run.objects.filter(pk=run_id).values_list("cancel_requested", flat=True).first()
-    return LeaseStatus(held=True, cancel_requested=bool(cancel))
-
-
 def _lease_lost(run_id: int, worker_id: str, attempt: int, now: datetime, outcome: str) -> None:
     if Run.objects.filter(pk=run_id).exists():
         events.record(
@@ -172,8 +133,8 @@ def _held_ids(worker_id: str, held: dict[int, int], *, lock: bool = False, extra
     """Of ``held`` (run id -> attempt), the runs this worker still holds at that
     attempt: the per-run fencing check of a batch, as one indexed query."""
     qs = Run.objects.filter(pk__in=list(held), lease_owner=worker_id, state__in=LEASED_STATES)
-    if lock and connection.features.has_select_for_update:
-        qs = qs.select_for_update()
+    if lock:
+        qs = locks.row_locked(qs)
     return {row[0]: row[2:] for row in qs.values_list("id", "attempts", *extra) if held.get(row[0]) == row[1]}
 
 

@@ -1,17 +1,38 @@
-"""Read-only figures for operators: the same numbers behind API, admin, CLI and metrics."""
+"""Read-only figures for operators: the same numbers behind API, admin, CLI and metrics.
+
+Nothing here writes, and nothing reads the clock: every function takes ``now``.
+
+- ``stats``: the summary (``/api/stats``, ``distsched stats``, the admin dashboard).
+- ``outcomes_per_hour``, ``overdue_schedules``: the admin dashboard's chart and list.
+  Outcomes are counted from the run history (``RunEvent``), not from the current
+  state of runs, so a run that died and was requeued still shows its death in
+  the hour it happened, and a retried attempt counts once per retry.
+- ``read_snapshot``: everything one Prometheus scrape reports (``metrics``
+  renders it), in nine indexed aggregate queries whatever the data: runs by
+  state and queue (two ranges of the ``(state, queue)`` index, ~0.1 s at a
+  million runs, the only cost that grows with all history; ``distsched prune``
+  keeps it down; see ``run_counts`` for the 10 s cache on a large PostgreSQL),
+  the oldest waiting run (the claim index), rare events of all time and
+  frequent ones of the last hour (the ``(event_type, created_at)`` index), runs
+  finished in the last hour (the ``finished_at`` index), workers (two) and
+  schedules (two).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from django.core.cache import cache
-from django.db import connection, models
-from django.db.models import Avg, BigIntegerField, Count, F, Func, Q
+from django.db import models
+from django.db.models import Avg, Count, F, Min, Q, Sum
 
 from ..clock import iso_utc
 from ..conf import conf
-from ..models import EventType, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
+from ..db import server
+from ..db.expressions import Microseconds, UTCHour
+from ..models import EventType, Liveness, Run, RunEvent, RunState, Schedule, Worker
 
 RECENT = timedelta(hours=24)
 
@@ -48,31 +69,6 @@ class Stats:
         return data
 
 
-class Microseconds(Func):
-    """``end - start`` in whole microseconds, computed by the database itself.
-
-    Django's own datetime arithmetic on SQLite calls a Python function per row
-    (``django_timestamp_diff``), which cost ~0.5 s over a day of finished runs;
-    this is C (``strftime``) on SQLite and ``EXTRACT(EPOCH ...)`` on PostgreSQL,
-    and stays exact to the microsecond, so histogram bucket edges are compared exactly.
-    """
-
-    output_field = BigIntegerField()
-    arity = 2
-
-    def as_sql(self, compiler, connection, **extra):  # PostgreSQL
-        return super().as_sql(compiler, connection,
-                              template="(EXTRACT(EPOCH FROM (%(expressions)s)) * 1000000)::bigint",
-                              arg_joiner=" - ", **extra)
-
-    def as_sqlite(self, compiler, connection, **extra):
-        # Django stores 'YYYY-MM-DD HH:MM:SS[.ffffff]' (UTC): whole seconds, then the 6-digit fraction.
-        (end, end_params), (start, start_params) = (compiler.compile(e) for e in self.get_source_expressions())
-        sql = (f"((CAST(strftime('%%s', {end}) AS INTEGER) - CAST(strftime('%%s', {start}) AS INTEGER)) * 1000000"
-               f" + CAST(substr({end}, 21, 6) AS INTEGER) - CAST(substr({start}, 21, 6) AS INTEGER))")
-        return sql, (*end_params, *end_params, *start_params, *start_params)
-
-
 BIG_TERMINAL_STATES = (RunState.SUCCEEDED, RunState.CANCELLED, RunState.SKIPPED)
 """States that grow with all history: the only counts that may come from the short-lived cache."""
 BIG_TERMINAL_CACHE_KEY = "distsched:stats:big-terminal-run-counts"
@@ -82,8 +78,9 @@ BIG_TERMINAL_CACHE_ABOVE = 100_000
 
 
 def _counts(qs: models.QuerySet) -> dict[tuple[str, str], int]:
-    return {(row["state"], row["queue"]): row["n"]
-            for row in qs.order_by().values("state", "queue").annotate(n=Count("*"))}
+    return {
+        (row["state"], row["queue"]): row["n"] for row in qs.order_by().values("state", "queue").annotate(n=Count("*"))
+    }
 
 
 def run_counts() -> dict[tuple[str, str], int]:
@@ -101,7 +98,7 @@ def run_counts() -> dict[tuple[str, str], int]:
     big = cache.get(BIG_TERMINAL_CACHE_KEY)
     if big is None:
         big = _counts(Run.objects.filter(state__in=BIG_TERMINAL_STATES))
-        if connection.vendor == "postgresql" and sum(big.values()) > BIG_TERMINAL_CACHE_ABOVE:
+        if server.counts_are_costly() and sum(big.values()) > BIG_TERMINAL_CACHE_ABOVE:
             cache.set(BIG_TERMINAL_CACHE_KEY, big, BIG_TERMINAL_CACHE_SECONDS)
     return counts | big
 
@@ -117,33 +114,30 @@ def stats(*, now: datetime, recent_failures: int = 10) -> Stats:
     since = now - RECENT
     schedule_counts = Schedule.objects.aggregate(total=Count("id"), paused=Count("id", filter=Q(paused=True)))
     overdue = Schedule.objects.overdue(now, conf.MISFIRE_GRACE_SECONDS).count()
-    stale_cutoff = now - timedelta(seconds=conf.STALE_AFTER_SECONDS)
-    live = ~Q(status=WorkerStatus.STOPPED)
-    workers = Worker.objects.aggregate(
-        stopped=Count("worker_id", filter=Q(status=WorkerStatus.STOPPED)),
-        alive=Count("worker_id", filter=live & Q(heartbeat_at__gte=stale_cutoff)),
-        stale=Count("worker_id", filter=live & Q(heartbeat_at__lt=stale_cutoff)),
-    )
+    workers = Worker.objects.liveness_counts(now)
     # The finished_at index bounds this to the last 24 hours of runs. The state is a
     # FILTER, not a WHERE: with state = 'succeeded' in the WHERE, SQLite walked the
     # state index over every succeeded run ever.
-    mean = (
-        Run.objects.filter(finished_at__gte=since, started_at__isnull=False)
-        .aggregate(mean=Avg(Microseconds(F("finished_at"), F("started_at")),
-                            filter=Q(state=RunState.SUCCEEDED)))["mean"]
-    )
+    mean = Run.objects.filter(finished_at__gte=since, started_at__isnull=False).aggregate(
+        mean=Avg(Microseconds(F("finished_at"), F("started_at")), filter=Q(state=RunState.SUCCEEDED))
+    )["mean"]
     event_counts = {
         row["event_type"]: row["n"]
         for row in RunEvent.objects.filter(
             created_at__gte=since, event_type__in=[EventType.RETRY_SCHEDULED, EventType.FAILED]
-        ).order_by().values("event_type").annotate(n=Count("id"))
+        )
+        .order_by()
+        .values("event_type")
+        .annotate(n=Count("id"))
     }
     failures = [
-        RecentFailure(run_id=e.run_id, task_name=e.run.task_name, attempt=e.attempt, message=e.message[:500],
-                      at=e.created_at)
+        RecentFailure(
+            run_id=e.run_id, task_name=e.run.task_name, attempt=e.attempt, message=e.message[:500], at=e.created_at
+        )
         # Newest first along the (event_type, created_at) index: ordering by -id alone
         # sorted every failed event ever recorded.
-        for e in RunEvent.objects.filter(event_type=EventType.FAILED).select_related("run")
+        for e in RunEvent.objects.filter(event_type=EventType.FAILED)
+        .select_related("run")
         .order_by("-created_at", "-id")[:recent_failures]
     ]
     return Stats(
@@ -151,11 +145,222 @@ def stats(*, now: datetime, recent_failures: int = 10) -> Stats:
         schedules_total=schedule_counts["total"],
         schedules_paused=schedule_counts["paused"],
         schedules_overdue=overdue,
-        workers_alive=workers["alive"],
-        workers_stale=workers["stale"],
-        workers_stopped=workers["stopped"],
+        workers_alive=workers[Liveness.ALIVE],
+        workers_stale=workers[Liveness.STALE],
+        workers_stopped=workers[Liveness.STOPPED],
         mean_duration_seconds=mean / 1_000_000 if mean is not None else None,
         retries_last_24h=event_counts.get(EventType.RETRY_SCHEDULED, 0),
         failures_last_24h=event_counts.get(EventType.FAILED, 0),
         recent_failures=failures,
     )
+
+
+# ------------------------------------------------------------ the admin dashboard
+
+# The event that ends an attempt, by the outcome it stands for (chart order, bottom up).
+OUTCOME_EVENTS: dict[str, str] = {
+    "succeeded": EventType.SUCCEEDED,
+    "retried": EventType.RETRY_SCHEDULED,
+    "dead": EventType.MARKED_DEAD,
+    "cancelled": EventType.CANCELLED,
+}
+OUTCOMES: tuple[str, ...] = tuple(OUTCOME_EVENTS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HourOutcomes:
+    start: datetime
+    counts: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def hour_floor(moment: datetime) -> datetime:
+    return moment.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def outcomes_per_hour(*, now: datetime, hours: int = 24) -> list[HourOutcomes]:
+    """Attempts ended per UTC hour by outcome, oldest hour first; the last hour is the current one.
+
+    One grouped query on the ``(event_type, created_at)`` index, whatever the
+    number of runs.
+    """
+    current = hour_floor(now)
+    first = current - timedelta(hours=hours - 1)
+    outcome_of = {event: outcome for outcome, event in OUTCOME_EVENTS.items()}
+    rows = (
+        RunEvent.objects.filter(event_type__in=list(outcome_of), created_at__gte=first, created_at__lte=now)
+        .annotate(hour=UTCHour("created_at"))
+        .order_by()
+        .values("hour", "event_type")
+        .annotate(n=Count("id"))
+    )
+    buckets = {first + timedelta(hours=i): dict.fromkeys(OUTCOMES, 0) for i in range(hours)}
+    for row in rows:
+        bucket = buckets.get(hour_floor(row["hour"]))
+        if bucket is not None:
+            bucket[outcome_of[row["event_type"]]] += row["n"]
+    return [HourOutcomes(start=start, counts=counts) for start, counts in buckets.items()]
+
+
+def overdue_schedules(*, now: datetime, limit: int = 20) -> list[Schedule]:
+    """Active schedules due for longer than the misfire grace: no ticker is running.
+
+    The same definition as ``stats.schedules_overdue`` and the metrics gauge.
+    """
+    qs = Schedule.objects.overdue(now, conf.MISFIRE_GRACE_SECONDS).order_by("next_run_at", "id")
+    return list(qs.only("id", "name", "task_name", "next_run_at")[:limit])
+
+
+# ------------------------------------------------------------ the metrics snapshot
+
+WINDOW = timedelta(hours=1)
+"""Durations, start lags and claim latencies describe runs finished in this window; event counts likewise."""
+
+COUNTED_EVENTS: tuple[str, ...] = (
+    EventType.MARKED_DEAD,
+    EventType.FAILED,
+    EventType.RETRY_SCHEDULED,
+    EventType.LEASE_EXPIRED,
+)
+"""Rare events, so counting all of them (not only the window's) stays cheap."""
+WINDOWED_EVENTS: tuple[str, ...] = (
+    *COUNTED_EVENTS,
+    EventType.SUCCEEDED,
+    EventType.CANCELLED,
+    EventType.SKIPPED,
+    EventType.LEASE_LOST,
+)
+
+BUCKETS: tuple[float, ...] = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+"""Upper bounds (seconds) of the duration, start-lag and claim-latency histograms."""
+
+TIMINGS: dict[str, tuple[str, str]] = {
+    # name: (end field, start field), of runs that ended succeeded or dead in the window
+    "run_duration_seconds": ("finished_at", "started_at"),
+    "run_start_lag_seconds": ("started_at", "scheduled_for"),
+    "run_claim_latency_seconds": ("started_at", "available_at"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timing:
+    """A distribution over the window: cumulative bucket counts, count and sum."""
+
+    buckets: tuple[int, ...]
+    count: int
+    total_seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerBeat:
+    worker_id: str
+    status: str
+    heartbeat_at: datetime
+    clock_skew_seconds: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """Everything one scrape reports, read at one instant ``now``."""
+
+    now: datetime
+    runs: dict[tuple[str, str], int]  # (state, queue) -> count
+    oldest_waiting: dict[str, datetime]  # queue -> oldest available_at of a due pending/retrying run
+    events: dict[str, int]  # event type -> count of all time (COUNTED_EVENTS only)
+    recent_events: dict[str, int]  # event type -> count in the last WINDOW (WINDOWED_EVENTS)
+    timings: dict[str, dict[str, Timing]]  # metric name -> queue -> timing
+    workers: dict[str, int]  # liveness (alive, stale, stopped) -> count
+    live_workers: list[WorkerBeat]  # the workers not stopped
+    schedules_total: int
+    schedules_paused: int
+    schedules_overdue: int
+    oldest_overdue: datetime | None
+    queues: list[str] = field(default_factory=list)
+
+
+def read_snapshot(now: datetime) -> Snapshot:
+    """Nine small queries, each read from an index (the events table only through ``(event_type, created_at)``)."""
+    # From the (state, queue) index alone: no runs table row is read (see run_counts for exactness).
+    runs = run_counts()
+    # The claim query's partial index (queue, available_at) over waiting runs only.
+    oldest_waiting = {
+        row["queue"]: row["oldest"]
+        for row in Run.objects.waiting(now).order_by().values("queue").annotate(oldest=Min("available_at"))
+    }
+    # Ranges of the (event_type, created_at) index only: every rare event, and the
+    # last hour of the frequent ones (one statement, two index ranges: an OR of
+    # the two made the planners read far more of the index). Counting created_at needs no event row.
+    since = now - WINDOW
+    rare = (
+        RunEvent.objects.filter(event_type__in=list(COUNTED_EVENTS))
+        .order_by()
+        .values("event_type")
+        .annotate(n=Count("created_at"), recent=Count("created_at", filter=Q(created_at__gte=since)))
+    )
+    frequent = (
+        RunEvent.objects.filter(
+            event_type__in=[e for e in WINDOWED_EVENTS if e not in COUNTED_EVENTS], created_at__gte=since
+        )
+        .order_by()
+        .values("event_type")
+        .annotate(n=Count("created_at"), recent=Count("created_at"))
+    )
+    events: dict[str, int] = {}
+    recent_events: dict[str, int] = {}
+    for row in rare.union(frequent, all=True).order_by():  # no Meta.ordering on a union of groups
+        events[row["event_type"]] = row["n"]
+        recent_events[row["event_type"]] = row["recent"]
+    live_workers = [
+        WorkerBeat(worker_id=w, status=s, heartbeat_at=h, clock_skew_seconds=k)
+        for w, s, h, k in Worker.objects.not_stopped()
+        .order_by("worker_id")
+        .values_list("worker_id", "status", "heartbeat_at", "clock_skew_seconds")
+    ]
+    workers = Worker.objects.liveness_counts(now)
+    schedules = Schedule.objects.aggregate(total=Count("*"), paused=Count("pk", filter=Q(paused=True)))
+    overdue = Schedule.objects.overdue(now, conf.MISFIRE_GRACE_SECONDS).aggregate(
+        n=Count("*"), oldest=Min("next_run_at")
+    )
+    queues = sorted({queue for _, queue in runs} | {"default"})
+    return Snapshot(
+        now=now,
+        runs=runs,
+        oldest_waiting=oldest_waiting,
+        events=events,
+        recent_events=recent_events,
+        timings=_timings(now),
+        workers=workers,
+        live_workers=live_workers,
+        schedules_total=schedules["total"],
+        schedules_paused=schedules["paused"],
+        schedules_overdue=overdue["n"],
+        oldest_overdue=overdue["oldest"],
+        queues=queues,
+    )
+
+
+def _timings(now: datetime) -> dict[str, dict[str, Timing]]:
+    """One grouped query over the window (``finished_at`` index): bucket counts as conditional COUNTs."""
+    qs = Run.objects.filter(
+        finished_at__gte=now - WINDOW, state__in=[RunState.SUCCEEDED, RunState.DEAD], started_at__isnull=False
+    ).order_by()
+    aggregates: dict[str, Any] = {}
+    for name, (end, start) in TIMINGS.items():
+        qs = qs.alias(**{name: Microseconds(F(end), F(start))})  # in the database, exact to the microsecond
+        aggregates[f"{name}__sum"] = Sum(name)
+        for i, bound in enumerate(BUCKETS):
+            aggregates[f"{name}__le{i}"] = Count("pk", filter=Q(**{f"{name}__lte": round(bound * 1_000_000)}))
+    aggregates["n"] = Count("*")
+    out: dict[str, dict[str, Timing]] = {name: {} for name in TIMINGS}
+    for row in qs.values("queue").annotate(**aggregates):
+        for name in TIMINGS:
+            total = row[f"{name}__sum"]
+            out[name][row["queue"]] = Timing(
+                buckets=tuple(row[f"{name}__le{i}"] for i in range(len(BUCKETS))),
+                count=row["n"],
+                total_seconds=total / 1_000_000 if total is not None else 0.0,
+            )
+    return out

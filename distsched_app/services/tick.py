@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
+from datetime import datetime
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from ..clock import iso_utc
 from ..conf import conf
+from ..db import bulk, locks
 from ..errors import ValidationError
 from ..models import ACTIVE_STATES, EventType, Origin, Overlap, Run, RunState, Schedule
 from ..recurrence import plan_catch_up
-from . import events, pgarrays
+from . import events
 from .schedules import recurrence_of
 
 logger = logging.getLogger("distsched")
@@ -80,8 +81,7 @@ def _tick_batch(
             # Keyset continuation: start the index scan after the previous batch
             # instead of walking again over the entries it just updated.
             qs = qs.filter(Q(next_run_at__gt=after[0]) | Q(next_run_at=after[0], id__gt=after[1]))
-        if connection.features.has_select_for_update_skip_locked:
-            qs = qs.select_for_update(skip_locked=True)
+        qs = locks.skip_locked(qs)
         schedules = [DueSchedule(*row) for row in qs.values_list(*TICK_FIELDS)[:size]]
         if not schedules:
             return [], 0, after
@@ -102,17 +102,28 @@ def _tick_batch(
                 # A stored recurrence that no longer validates (e.g. a cron extension written
                 # before the strict dialect, or by SQL): skip it, so it shows as overdue, and
                 # keep ticking the others. next_run_at is written back unchanged.
-                logger.error("schedule skipped: invalid recurrence", extra={"distsched": {
-                    "schedule": schedule.name, "error": str(exc)}})
+                logger.error(
+                    "schedule skipped: invalid recurrence",
+                    extra={"distsched": {"schedule": schedule.name, "error": str(exc)}},
+                )
                 continue
             for index, slot in enumerate(plan.slots):
                 skip = schedule.overlap == Overlap.SKIP and schedule.id in busy
-                note = (f"catch-up={schedule.catch_up}: {plan.dropped} missed slot(s) not run"
-                        if index == 0 and plan.dropped else "")
-                new_runs.append(NewRun(
-                    schedule_id=schedule.id, schedule_name=schedule.name, task_name=schedule.task_name,
-                    scheduled_for=slot, state=RunState.SKIPPED if skip else RunState.PENDING, note=note,
-                ))
+                note = (
+                    f"catch-up={schedule.catch_up}: {plan.dropped} missed slot(s) not run"
+                    if index == 0 and plan.dropped
+                    else ""
+                )
+                new_runs.append(
+                    NewRun(
+                        schedule_id=schedule.id,
+                        schedule_name=schedule.name,
+                        task_name=schedule.task_name,
+                        scheduled_for=slot,
+                        state=RunState.SKIPPED if skip else RunState.PENDING,
+                        note=note,
+                    )
+                )
                 if schedule.overlap == Overlap.SKIP:
                     busy.add(schedule.id)
             if plan.next_run_at is not None and plan.next_run_at <= now:
@@ -125,8 +136,17 @@ def _tick_batch(
         logger.info("tick created runs", extra={"distsched": {"runs": len(inserted), "schedules": len(schedules)}})
     if logger.isEnabledFor(logging.DEBUG):
         for run in inserted:
-            logger.debug("run created", extra={"distsched": {
-                "run_id": run.run_id, "schedule": run.schedule_name, "task": run.task_name, "state": run.state}})
+            logger.debug(
+                "run created",
+                extra={
+                    "distsched": {
+                        "run_id": run.run_id,
+                        "schedule": run.schedule_name,
+                        "task": run.task_name,
+                        "state": run.state,
+                    }
+                },
+            )
     return inserted, len(schedules), last
 
 
@@ -141,24 +161,41 @@ def _schedules_with_active_runs(schedule_ids: list[int]) -> set[int]:
 
 
 TICK_FIELDS = tuple(field.name for field in fields(DueSchedule))
-INSERT_CHUNK = 500
-RUN_COLUMNS = (
-    "schedule_id", "task_name", "args", "kwargs", "state", "scheduled_for", "available_at", "attempts",
-    "max_attempts", "lease_owner", "lease_expires_at", "started_at", "finished_at", "last_error", "result",
-    "queue", "origin", "idempotency_key", "cancel_requested", "created_at", "updated_at",
-)
+
+
+def _run_values(now: datetime) -> dict[str, str | bulk.Bind]:
+    """Every field of a slot's new run: from the slot (u), its schedule row (s), or bound once."""
+    return {
+        "schedule": "u.schedule_id",
+        "task_name": "s.task_name",
+        "args": "s.args",
+        "kwargs": "s.kwargs",
+        "state": "u.state",
+        "scheduled_for": "u.scheduled_for",
+        "available_at": "u.scheduled_for",
+        "attempts": "0",
+        "max_attempts": "s.max_attempts",
+        "lease_owner": "''",
+        "lease_expires_at": "NULL",
+        "started_at": "NULL",
+        "finished_at": "u.finished_at",
+        "last_error": "''",
+        "result": "NULL",
+        "queue": "s.queue",
+        "origin": bulk.Bind(Origin.SCHEDULE.value),
+        "idempotency_key": "u.idempotency_key",
+        "cancel_requested": "false",
+        "created_at": bulk.Bind(now),
+        "updated_at": bulk.Bind(now),
+    }
 
 
 def _insert(runs: list[NewRun], now: datetime) -> list[NewRun]:
     if not runs:
         return []
     try:
-        # PostgreSQL binds whole arrays, so one statement per batch; SQLite
-        # binds a parameter per value and stays under its variable limit.
-        chunk = len(runs) if connection.vendor == "postgresql" else INSERT_CHUNK
         with transaction.atomic():
-            for start in range(0, len(runs), chunk):
-                _insert_chunk(runs[start:start + chunk], now)
+            _insert_runs(runs, now)
             return runs
     except IntegrityError:
         # Only reachable if a slot already has a run (e.g. next_run_at was
@@ -167,79 +204,48 @@ def _insert(runs: list[NewRun], now: datetime) -> list[NewRun]:
         for run in runs:
             try:
                 with transaction.atomic():
-                    _insert_chunk([run], now)
+                    _insert_runs([run], now)
                 inserted.append(run)
             except IntegrityError:
-                logger.warning("slot already has a run", extra={"distsched": {
-                    "schedule": run.schedule_name, "scheduled_for": iso_utc(run.scheduled_for)}})
+                logger.warning(
+                    "slot already has a run",
+                    extra={"distsched": {"schedule": run.schedule_name, "scheduled_for": iso_utc(run.scheduled_for)}},
+                )
         return inserted
 
 
-def _insert_chunk(runs: list[NewRun], now: datetime) -> None:
+def _insert_runs(runs: list[NewRun], now: datetime) -> None:
     """INSERT ... SELECT ... RETURNING: the tick's hot path, written as SQL because
     building model instances for ``bulk_create`` cost more than the statement.
     Payload, attempts budget and queue are copied from the schedule row by the
-    database, so the tick never decodes and re-encodes JSON."""
-    table = connection.ops.quote_name(Run._meta.db_table)
-    schedule_table = connection.ops.quote_name(Schedule._meta.db_table)
-    select = (
-        f"INSERT INTO {table} ({', '.join(RUN_COLUMNS)}) "
-        "SELECT u.sid, s.task_name, s.args, s.kwargs, u.state, u.slot, u.slot, 0, s.max_attempts, '', NULL, NULL, "
-        "u.fin, '', NULL, s.queue, %s, u.key, false, %s, %s FROM {source} "
-        f"JOIN {schedule_table} s ON s.id = u.sid ORDER BY u.ord RETURNING id, schedule_id, scheduled_for"
+    database, so the tick never decodes and re-encodes JSON. Ids follow the order
+    of ``runs`` (slot order), whatever join the database picks."""
+    slots = {  # what the tick knows of each new run; the schedule row supplies the rest
+        "schedule": [run.schedule_id for run in runs],
+        "state": [run.state for run in runs],
+        "scheduled_for": [run.scheduled_for for run in runs],
+        "finished_at": [now if run.state == RunState.SKIPPED else None for run in runs],
+        "idempotency_key": [f"{run.schedule_name}:{run.scheduled_for.isoformat()}" for run in runs],
+    }
+    returned = bulk.insert_rows(
+        Run,
+        slots,
+        select=_run_values(now),
+        join=f"JOIN {bulk.table(Schedule)} s ON s.id = u.schedule_id",
+        ordered=True,
+        returning=("id", "schedule", "scheduled_for"),
     )
-    keys = [f"{run.schedule_name}:{run.scheduled_for.isoformat()}" for run in runs]
-    finished = [now if run.state == RunState.SKIPPED else None for run in runs]
-    if connection.vendor == "postgresql":
-        # One array per column, bound on the server: 5 parameters, not 5 per run.
-        source = ("unnest(%b::bigint[], %b::text[], %b::timestamptz[], %b::timestamptz[], %b::text[]) "
-                  "WITH ORDINALITY AS u(sid, state, slot, fin, key, ord)")
-        params = [[r.schedule_id for r in runs], [r.state for r in runs], [r.scheduled_for for r in runs],
-                  finished, keys]
-        returned = pgarrays.execute(select.format(source=source), [Origin.SCHEDULE.value, now, now, *params])
-    else:
-        adapt = connection.ops.adapt_datetimefield_value
-        source = ("(SELECT column1 AS sid, column2 AS state, column3 AS slot, column4 AS fin, column5 AS key, "
-                  f"column6 AS ord FROM (VALUES {', '.join(['(%s, %s, %s, %s, %s, %s)'] * len(runs))})) AS u")
-        params = [v for ord_, (run, fin, key) in enumerate(zip(runs, finished, keys, strict=True))
-                  for v in (run.schedule_id, run.state, adapt(run.scheduled_for), adapt(fin), key, ord_)]
-        with connection.cursor() as cursor:
-            cursor.execute(select.format(source=source), [Origin.SCHEDULE.value, adapt(now), adapt(now), *params])
-            returned = cursor.fetchall()
     # RETURNING order is not guaranteed: match rows on their unique slot.
     by_slot = {(run.schedule_id, run.scheduled_for): run for run in runs}
     for pk, schedule_id, slot in returned:
-        by_slot[(schedule_id, _aware(slot))].run_id = pk
-
-
-def _aware(value: datetime | str) -> datetime:
-    """A timestamp as the database returned it (SQLite: naive UTC) -> aware UTC."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+        by_slot[(schedule_id, slot)].run_id = pk
 
 
 def _set_next_run_at(schedules: list[DueSchedule]) -> None:
-    """One UPDATE ... FROM (VALUES ...) per chunk instead of a CASE per row."""
-    table = connection.ops.quote_name(Schedule._meta.db_table)
-    if connection.vendor == "postgresql":
-        pgarrays.execute(
-            f"UPDATE {table} SET next_run_at = u.at FROM unnest(%b::bigint[], %b::timestamptz[]) AS u(id, at) "
-            f"WHERE {table}.id = u.id",
-            [[s.id for s in schedules], [s.next_run_at for s in schedules]],
-        )
-        return
-    adapt_dt = connection.ops.adapt_datetimefield_value
-    for start in range(0, len(schedules), INSERT_CHUNK):
-        chunk = schedules[start:start + INSERT_CHUNK]
-        values = ", ".join(["(%s, %s)"] * len(chunk))
-        params = [v for s in chunk for v in (s.id, adapt_dt(s.next_run_at))]
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} SET next_run_at = v.column2 FROM (VALUES {values}) AS v "
-                f"WHERE {table}.id = v.column1",
-                params,
-            )
+    """One UPDATE ... FROM (rows) instead of a CASE per row."""
+    bulk.update_from_rows(
+        Schedule, "id", {"id": [s.id for s in schedules], "next_run_at": [s.next_run_at for s in schedules]}
+    )
 
 
 def _creation_events(runs: list[NewRun], now: datetime) -> list[events.NewEvent]:
@@ -247,8 +253,12 @@ def _creation_events(runs: list[NewRun], now: datetime) -> list[events.NewEvent]
     for run in runs:
         out.append(events.NewEvent(run_id=run.run_id, event_type=EventType.CREATED, now=now, message=run.note))
         if run.state == RunState.SKIPPED:
-            out.append(events.NewEvent(
-                run_id=run.run_id, event_type=EventType.SKIPPED, now=now,
-                message="an earlier run of this schedule is still active (overlap=skip)",
-            ))
+            out.append(
+                events.NewEvent(
+                    run_id=run.run_id,
+                    event_type=EventType.SKIPPED,
+                    now=now,
+                    message="an earlier run of this schedule is still active (overlap=skip)",
+                )
+            )
     return out

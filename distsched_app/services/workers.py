@@ -1,4 +1,8 @@
-"""Worker registration, heartbeat and liveness."""
+"""Worker registration, heartbeat and clock skew.
+
+Liveness (alive, stale, stopped) is a reading of the row, not a write: the
+model's one rule, ``Worker.liveness(now)`` and ``Worker.objects.alive/stale/stopped``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from datetime import datetime
 
 from django.db import transaction
 
-from ..conf import conf
+from ..db import server
 from ..models import Worker, WorkerStatus
 from ..text import storable
 
@@ -65,14 +69,6 @@ def list_workers() -> list[Worker]:
     return list(Worker.objects.all())
 
 
-def stale_workers(*, now: datetime) -> list[Worker]:
-    return list(Worker.objects.stale(now, conf.STALE_AFTER_SECONDS))
-
-
-def is_stale(worker: Worker, *, now: datetime) -> bool:
-    return worker.is_stale(now, conf.STALE_AFTER_SECONDS)
-
-
 def measure_clock_skew() -> float | None:
     """Seconds this machine's clock is ahead of the database server's (PostgreSQL only).
 
@@ -80,15 +76,12 @@ def measure_clock_skew() -> float | None:
     clock runs ahead would see leases expire early. SQLite shares the machine's
     clock, so there is nothing to measure. Half the round trip is allowed for.
     """
-    from django.db import connection
     from django.utils import timezone
 
-    if connection.vendor != "postgresql":
-        return None
     before = timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
-        (db_now,) = cursor.fetchone()
+    db_now = server.clock_timestamp()
+    if db_now is None:
+        return None
     after = timezone.now()
     local = before + (after - before) / 2
     return (local - db_now).total_seconds()

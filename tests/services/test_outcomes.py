@@ -9,6 +9,7 @@ import pytest
 from distsched_app.models import EventType, Run, RunEvent, RunState
 from distsched_app.services import claiming, outcomes
 from tests.conftest import T0
+from tests.factories import renew, succeed
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +30,7 @@ def claimed(scheduler, make_schedule, clock):
 def test_success_clears_lease_and_records_event(claimed, clock):
     run = claimed()
     clock.advance(seconds=2)
-    assert outcomes.record_success(run_id=run.pk, worker_id="A", attempt=1, now=clock.now(), result={"n": 1})
+    assert succeed(run.pk, worker_id="A", attempt=1, now=clock.now(), result={"n": 1})
     run.refresh_from_db()
     assert run.state == RunState.SUCCEEDED
     assert run.finished_at == clock.now()
@@ -87,20 +88,20 @@ def test_zombie_cannot_record_success_after_takeover(claimed, clock):
     clock.advance(seconds=11)
     taken = claiming.claim_next_run(worker_id="B", queues=None, lease_seconds=10, now=clock.now())
     assert taken.pk == run.pk
-    assert not outcomes.record_success(run_id=run.pk, worker_id="A", attempt=1, now=clock.now())
+    assert not succeed(run.pk, worker_id="A", attempt=1, now=clock.now())
     assert outcomes.record_failure(run_id=run.pk, worker_id="A", attempt=1, now=clock.now(), error="x") is None
     run.refresh_from_db()
     assert (run.state, run.lease_owner, run.attempts) == (RunState.RUNNING, "B", 2)
     lost = RunEvent.objects.filter(run=run, event_type=EventType.LEASE_LOST)
     assert lost.count() == 2 and {e.worker_id for e in lost} == {"A"}
-    assert outcomes.record_success(run_id=run.pk, worker_id="B", attempt=2, now=clock.now())
+    assert succeed(run.pk, worker_id="B", attempt=2, now=clock.now())
 
 
 def test_same_worker_old_attempt_is_fenced(claimed, clock):
     run = claimed(lease=10)
     clock.advance(seconds=11)
     claiming.claim_next_run(worker_id="A", queues=None, lease_seconds=10, now=clock.now())  # attempt 2, same id
-    assert not outcomes.record_success(run_id=run.pk, worker_id="A", attempt=1, now=clock.now())
+    assert not succeed(run.pk, worker_id="A", attempt=1, now=clock.now())
     assert Run.objects.get(pk=run.pk).state == RunState.RUNNING
 
 
@@ -108,8 +109,7 @@ def test_lease_renewal_keeps_a_long_task(claimed, clock):
     run = claimed(lease=10)
     for _ in range(5):
         clock.advance(seconds=8)
-        status = outcomes.renew_lease(run_id=run.pk, worker_id="A", attempt=1, now=clock.now(), lease_seconds=10)
-        assert status.held
+        assert renew(run.pk, worker_id="A", attempt=1, now=clock.now(), lease_seconds=10)
         assert claiming.claim_next_run(worker_id="B", queues=None, lease_seconds=10, now=clock.now()) is None
     run.refresh_from_db()
     assert run.lease_expires_at == clock.now() + timedelta(seconds=10)
@@ -119,8 +119,7 @@ def test_renewal_by_a_worker_that_lost_the_lease_fails(claimed, clock):
     run = claimed(lease=10)
     clock.advance(seconds=11)
     claiming.claim_next_run(worker_id="B", queues=None, lease_seconds=10, now=clock.now())
-    assert not outcomes.renew_lease(run_id=run.pk, worker_id="A", attempt=1, now=clock.now(),
-                                    lease_seconds=10).held
+    assert not renew(run.pk, worker_id="A", attempt=1, now=clock.now(), lease_seconds=10)
 
 
 def test_truncate_error_keeps_head_and_tail():

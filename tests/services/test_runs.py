@@ -7,6 +7,7 @@ import pytest
 from distsched_app import errors
 from distsched_app.models import EventType, RunEvent, RunState
 from distsched_app.services import claiming, outcomes
+from tests.factories import succeed
 
 pytestmark = pytest.mark.django_db
 
@@ -42,8 +43,8 @@ def test_cancel_running_is_cooperative(scheduler, pending, clock):
 def test_cancel_requested_then_returned_normally_is_succeeded(scheduler, pending, clock):
     claiming.claim_next_run(worker_id="A", queues=None, lease_seconds=30, now=clock.now())
     scheduler.cancel_run(pending.pk)
-    assert outcomes.record_success(run_id=pending.pk, worker_id="A", attempt=1, now=clock.now(),
-                                   note="returned normally after a cancel request")
+    assert succeed(pending.pk, worker_id="A", attempt=1, now=clock.now(),
+                   note="returned normally after a cancel request")
     pending.refresh_from_db()
     assert pending.state == RunState.SUCCEEDED
     assert RunEvent.objects.get(run=pending, event_type=EventType.SUCCEEDED).message.startswith("returned")
@@ -51,7 +52,7 @@ def test_cancel_requested_then_returned_normally_is_succeeded(scheduler, pending
 
 def test_cancel_finished_run_is_a_state_error(scheduler, pending, clock):
     claiming.claim_next_run(worker_id="A", queues=None, lease_seconds=30, now=clock.now())
-    outcomes.record_success(run_id=pending.pk, worker_id="A", attempt=1, now=clock.now())
+    succeed(pending.pk, worker_id="A", attempt=1, now=clock.now())
     with pytest.raises(errors.InvalidStateTransition):
         scheduler.cancel_run(pending.pk)
 

@@ -210,9 +210,9 @@ def test_due_schedule_row_matches_the_selected_columns(scheduler):
 
 def test_tick_inserts_more_runs_than_one_insert_chunk(scheduler, clock, monkeypatch):
     """SQLite splits a batch's insert into chunks (its bound-variable limit); none is lost or doubled."""
-    from distsched_app.services import tick as tick_module
+    from distsched_app.db import bulk
 
-    monkeypatch.setattr(tick_module, "INSERT_CHUNK", 4)
+    monkeypatch.setattr(bulk, "ROWS_PER_STATEMENT", 4)
     for i in range(10):
         scheduler.create_schedule(name=f"k{i}", task_name="tests.noop", interval_seconds=60)
     created = scheduler.tick()

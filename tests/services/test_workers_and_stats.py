@@ -7,10 +7,12 @@ from datetime import timedelta
 import pytest
 from django.db.models import F
 
+from distsched_app.db.expressions import Microseconds
 from distsched_app.models import EventType, Origin, Run, RunState, Worker, WorkerStatus
 from distsched_app.services import claiming, events, outcomes, workers
-from distsched_app.services.stats import Microseconds, run_counts, runs_by_state, stats
+from distsched_app.services.stats import run_counts, runs_by_state, stats
 from tests.conftest import T0
+from tests.factories import succeed
 
 pytestmark = pytest.mark.django_db
 
@@ -34,10 +36,10 @@ def test_stale_workers_are_found(clock, settings):
     workers.set_status(worker_id="gone", status=WorkerStatus.STOPPED, now=clock.now())
     clock.advance(seconds=31)
     workers.heartbeat(worker_id="fresh", now=clock.now())
-    assert [w.worker_id for w in workers.stale_workers(now=clock.now())] == ["silent"]
+    assert [w.worker_id for w in Worker.objects.stale(clock.now())] == ["silent"]
     silent = Worker.objects.get(worker_id="silent")
-    assert workers.is_stale(silent, now=clock.now())
-    assert not workers.is_stale(Worker.objects.get(worker_id="gone"), now=clock.now())
+    assert silent.liveness(clock.now()) == "stale"
+    assert Worker.objects.get(worker_id="gone").liveness(clock.now()) != "stale"
 
 
 def test_restart_with_same_id_reactivates(clock):
@@ -57,7 +59,7 @@ def test_stats_summarise_state(scheduler, make_schedule, clock, settings):
     scheduler.tick()
     first = claiming.claim_next_run(worker_id="w", queues=None, lease_seconds=30, now=clock.now())
     clock.advance(seconds=4)
-    outcomes.record_success(run_id=first.pk, worker_id="w", attempt=1, now=clock.now())
+    succeed(first.pk, worker_id="w", attempt=1, now=clock.now())
     second = claiming.claim_next_run(worker_id="w", queues=None, lease_seconds=30, now=clock.now())
     outcomes.record_failure(run_id=second.pk, worker_id="w", attempt=1, now=clock.now(), error="boom")
     workers.register_worker(worker_id="w", hostname="h", pid=1, queues=[], now=clock.now())
@@ -149,3 +151,20 @@ def test_big_terminal_counts_cached_only_on_a_large_postgresql(make_schedule, mo
     assert counts[(RunState.SUCCEEDED, "default")] == (2 if cached else 3)
     cache.delete(stats_module.BIG_TERMINAL_CACHE_KEY)
     assert run_counts()[(RunState.SUCCEEDED, "default")] == 3
+
+
+def test_one_liveness_rule_for_a_row_its_row_sets_and_the_counts(clock, settings):
+    settings.DISTSCHED = {"STALE_AFTER_SECONDS": 30}
+    now = clock.now()
+    beats = {"edge": now - timedelta(seconds=30), "just-over": now - timedelta(seconds=30, microseconds=1),
+             "fresh": now, "stopped-long-ago": now - timedelta(days=1)}
+    for wid, at in beats.items():
+        workers.register_worker(worker_id=wid, hostname="h", pid=1, queues=[], now=at)
+    workers.set_status(worker_id="stopped-long-ago", status=WorkerStatus.STOPPED, now=beats["stopped-long-ago"])
+    rows = {w.worker_id: w.liveness(now) for w in Worker.objects.all()}
+    assert rows == {"edge": "alive", "just-over": "stale", "fresh": "alive", "stopped-long-ago": "stopped"}
+    sets = {"alive": Worker.objects.alive(now), "stale": Worker.objects.stale(now), "stopped": Worker.objects.stopped()}
+    assert {name: sorted(w.worker_id for w in qs) for name, qs in sets.items()} == {
+        name: sorted(w for w, live in rows.items() if live == name) for name in sets}
+    assert Worker.objects.liveness_counts(now) == {"alive": 2, "stale": 1, "stopped": 1}
+    assert sorted(Worker.objects.not_stopped().values_list("worker_id", flat=True)) == ["edge", "fresh", "just-over"]

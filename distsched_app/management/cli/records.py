@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from ...clock import iso_utc
-from ...models import Run, RunEvent, Schedule, Worker, WorkerStatus
+from ...models import Liveness, Run, RunEvent, Schedule, Worker
 
 
 def iso(value: datetime | None) -> str | None:
@@ -94,22 +94,16 @@ def event_record(event: RunEvent) -> dict[str, Any]:
     }
 
 
-def liveness(worker: Worker, *, stale: bool) -> str:
-    """``stopped``, ``stale`` (silent too long) or ``alive``."""
-    if worker.status == WorkerStatus.STOPPED:
-        return "stopped"
-    return "stale" if stale else "alive"
-
-
-def worker_record(worker: Worker, *, now: datetime, stale: bool) -> dict[str, Any]:
+def worker_record(worker: Worker, *, now: datetime) -> dict[str, Any]:
+    liveness = worker.liveness(now)
     return {
         "worker_id": worker.worker_id,
         "hostname": worker.hostname,
         "pid": worker.pid,
         "queues": worker.queues,
         "status": worker.status,
-        "liveness": liveness(worker, stale=stale),
-        "stale": stale,
+        "liveness": liveness.value,
+        "stale": liveness == Liveness.STALE,
         "started_at": iso(worker.started_at),
         "heartbeat_at": iso(worker.heartbeat_at),
         "heartbeat_age_seconds": round((now - worker.heartbeat_at).total_seconds(), 3),

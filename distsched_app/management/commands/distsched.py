@@ -243,8 +243,7 @@ def run_requeue(now: datetime, o: dict[str, Any]) -> Output:
 # ------------------------------------------------------ workers, stats, prune
 
 def worker_list(now: datetime, o: dict[str, Any]) -> Output:
-    found = [(w, workers.is_stale(w, now=now)) for w in workers.list_workers()]
-    document = [records.worker_record(w, now=now, stale=stale) for w, stale in found]
+    document = [records.worker_record(w, now=now) for w in workers.list_workers()]
     rows = [(d["worker_id"], d["hostname"], d["pid"], ",".join(d["queues"]), d["status"], d["liveness"],
              seconds(d["heartbeat_age_seconds"]), d["current_run"], d["runs_executed"],
              seconds(d["clock_skew_seconds"])) for d in document]

@@ -7,10 +7,9 @@ import signal
 import threading
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, connection
-
 from ...clock import current_clock
 from ...conf import conf
+from ...db.retry import TRANSIENT_ERRORS, Backoff, retry_transient
 from ...services.tick import tick
 from ..base import DistschedCommand, seconds_up_to
 
@@ -36,14 +35,19 @@ class Command(DistschedCommand):
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        backoff = interval
+        # Transient database errors (connection lost, database locked) wait 2x, 4x, ... the
+        # interval, at most 30 s, then tick again; the helper closes the broken connection.
+        backoff = Backoff(initial=min(interval * 2, 30.0), maximum=30.0)
+
+        def log_retry(exc: BaseException, delay: float) -> None:
+            logger.warning("database error in tick loop; backing off",
+                           extra={"distsched": {"error": str(exc), "retry_in": delay}})
+
         while not stop.is_set():
             try:
-                tick(now=current_clock().now())
-                backoff = interval
-            except (OperationalError, InterfaceError) as exc:
-                logger.warning("database error in tick loop; backing off",
-                               extra={"distsched": {"error": str(exc), "retry_in": backoff}})
-                connection.close()
-                backoff = min(backoff * 2, 30.0)
-            stop.wait(backoff)
+                retry_transient(lambda: tick(now=current_clock().now()), backoff=backoff,
+                                give_up=lambda tries, elapsed: stop.is_set(), on_retry=log_retry, wait=stop.wait)
+            except TRANSIENT_ERRORS:
+                break  # asked to stop while the database was failing
+            backoff.reset()
+            stop.wait(interval)

@@ -10,8 +10,8 @@ from django.urls import reverse
 
 from distsched_app.admin.chart import build_chart, grid_steps, nice_ceiling
 from distsched_app.models import Worker, WorkerStatus
-from distsched_app.services import dashboard, workers
-from distsched_app.services.dashboard import HourOutcomes
+from distsched_app.services import stats, workers
+from distsched_app.services.stats import HourOutcomes
 from tests.conftest import T0
 
 pytestmark = pytest.mark.django_db
@@ -98,7 +98,7 @@ def test_admin_index_and_app_index_link_the_dashboard(staff):
 
 
 def test_outcomes_per_hour_buckets_by_utc_hour(history, clock):
-    hours = dashboard.outcomes_per_hour(now=clock.now())
+    hours = stats.outcomes_per_hour(now=clock.now())
     assert len(hours) == 24
     assert hours[-1].start == datetime(2026, 3, 2, 11, tzinfo=timezone.utc)
     assert hours[0].start == datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
@@ -111,15 +111,15 @@ def test_outcomes_per_hour_buckets_by_utc_hour(history, clock):
 
 def test_outcomes_older_than_24_hours_are_left_out(history, clock):
     clock.advance(hours=23)  # now 10:10 next day: the 09:00 hour has left the window
-    hours = dashboard.outcomes_per_hour(now=clock.now())
+    hours = stats.outcomes_per_hour(now=clock.now())
     assert sum(h.total for h in hours) == 2
 
 
 def test_overdue_schedules(make_schedule, clock):
     make_schedule("late", interval_seconds=600)
     make_schedule("paused-late", interval_seconds=600, paused=True)
-    assert dashboard.overdue_schedules(now=clock.now() + timedelta(seconds=30)) == []
-    assert [s.name for s in dashboard.overdue_schedules(now=clock.now() + timedelta(seconds=61))] == ["late"]
+    assert stats.overdue_schedules(now=clock.now() + timedelta(seconds=30)) == []
+    assert [s.name for s in stats.overdue_schedules(now=clock.now() + timedelta(seconds=61))] == ["late"]
 
 
 @pytest.mark.parametrize(

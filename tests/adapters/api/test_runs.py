@@ -10,6 +10,7 @@ import pytest
 from distsched_app.models import Origin, Run, RunState
 from distsched_app.services import claiming, outcomes
 from tests.conftest import T0
+from tests.factories import succeed
 
 pytestmark = pytest.mark.django_db
 
@@ -175,7 +176,7 @@ def test_detail_of_a_finished_run_has_result_and_error(api, api_clock, scheduler
     make_schedule("bad", max_attempts=1)
     scheduler.tick()
     first = claim(api_clock)
-    outcomes.record_success(run_id=first.pk, worker_id="w1", attempt=1, now=api_clock.now(), result={"n": 3})
+    succeed(first.pk, worker_id="w1", attempt=1, now=api_clock.now(), result={"n": 3})
     second = claim(api_clock)
     outcomes.record_failure(run_id=second.pk, worker_id="w1", attempt=1, now=api_clock.now(), error="boom",
                             traceback_text="Traceback ...")
@@ -248,7 +249,7 @@ def test_cancel_a_succeeded_run_is_a_conflict(api, api_clock, scheduler, make_sc
     make_schedule("s1")
     [run] = scheduler.tick()
     claim(api_clock)
-    outcomes.record_success(run_id=run.pk, worker_id="w1", attempt=1, now=api_clock.now())
+    succeed(run.pk, worker_id="w1", attempt=1, now=api_clock.now())
     response = api.post(f"/api/runs/{run.pk}/cancel")
     assert response.status_code == 409
     assert "succeeded" in response.json()["detail"]

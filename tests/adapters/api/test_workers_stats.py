@@ -9,6 +9,7 @@ import pytest
 from distsched_app.models import WorkerStatus
 from distsched_app.services import claiming, outcomes, workers
 from tests.conftest import T0
+from tests.factories import succeed
 
 pytestmark = pytest.mark.django_db
 
@@ -83,7 +84,7 @@ def test_stats(api, api_clock, scheduler, make_schedule, settings, url):
     register("w1", api_clock.now())
     first = claiming.claim_next_run(worker_id="w1", queues=None, lease_seconds=30, now=api_clock.now())
     api_clock.advance(seconds=4)
-    outcomes.record_success(run_id=first.pk, worker_id="w1", attempt=1, now=api_clock.now())
+    succeed(first.pk, worker_id="w1", attempt=1, now=api_clock.now())
     second = claiming.claim_next_run(worker_id="w1", queues=None, lease_seconds=30, now=api_clock.now())
     outcomes.record_failure(run_id=second.pk, worker_id="w1", attempt=1, now=api_clock.now(), error="boom")
     api_clock.advance(seconds=40)

@@ -14,6 +14,7 @@ from distsched_app.management.commands.distsched import Command
 from distsched_app.models import Origin, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
 from distsched_app.services import claiming, outcomes, workers
 from tests.conftest import T0
+from tests.factories import succeed
 
 pytestmark = pytest.mark.django_db
 
@@ -195,7 +196,7 @@ def three_runs(make_schedule, scheduler, clock):
     first, second = sorted(scheduler.tick(), key=lambda r: r.pk)
     claiming.claim_next_run(worker_id="w", queues=["default"], lease_seconds=30, now=clock.now())
     clock.advance(seconds=2)
-    outcomes.record_success(run_id=first.pk, worker_id="w", attempt=1, now=clock.now())
+    succeed(first.pk, worker_id="w", attempt=1, now=clock.now())
     claiming.claim_next_run(worker_id="w", queues=["q2"], lease_seconds=30, now=clock.now())
     outcomes.record_failure(run_id=second.pk, worker_id="w", attempt=1, now=clock.now(), error="ValueError: boom",
                             traceback_text="Traceback (most recent call last):\n  ...")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import subprocess
 import sys
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import OperationalError
 
 from distsched_app.models import Run, RunState, Schedule, Worker, WorkerStatus
 from tests.concurrency.procs import ROOT, child_env
@@ -85,3 +89,34 @@ def test_runworker_max_runs(scheduler):
     call_command("tick", stdout=StringIO())
     call_command("runworker", "--max-runs", "2", "--worker-id", "m")
     assert Run.objects.filter(state=RunState.SUCCEEDED).count() == 2
+
+
+@pytest.fixture
+def restore_signal_handlers():
+    """``tick --loop`` installs SIGTERM/SIGINT handlers in this (the test's) process."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.usefixtures("restore_signal_handlers")
+def test_tick_loop_backs_off_on_transient_database_errors_and_keeps_ticking(monkeypatch, caplog):
+    from distsched_app.management.commands import tick as tick_command
+
+    calls = []
+
+    def flaky_tick(*, now):
+        calls.append(now)
+        if len(calls) <= 2:
+            raise OperationalError("database is locked")
+        if len(calls) == 4:
+            os.kill(os.getpid(), signal.SIGTERM)  # the loop's own stop signal
+        return []
+
+    monkeypatch.setattr(tick_command, "tick", flaky_tick)
+    with caplog.at_level(logging.WARNING, logger="distsched"):
+        call_command("tick", "--loop", "--interval", "0.01")
+    assert len(calls) == 4  # two failures, then it ticked on until told to stop
+    warnings = [r for r in caplog.records if r.getMessage() == "database error in tick loop; backing off"]
+    assert len(warnings) == 2

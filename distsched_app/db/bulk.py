@@ -1,0 +1,241 @@
+"""Bulk statements: insert rows and update from rows, one implementation per vendor.
+
+The tick and the worker write thousands of rows a second. ``bulk_create``
+and ORM ``Case`` updates build a model instance or an expression per row,
+which cost more than the statements themselves, so these take plain tuples.
+A call site names model fields; columns and their types come from the fields.
+
+The rows reach the database as one FROM item (``rows_source``), written once
+per vendor:
+
+- PostgreSQL: one array per column, ``unnest(...)``, bound on the server
+  (``server_side_execute``): a handful of parameters whatever the number of rows, and
+  psycopg packs each array in binary instead of Django formatting every
+  element in Python. One statement per call.
+- SQLite: a ``VALUES`` list, one parameter per value,
+  ``ROWS_PER_STATEMENT`` rows per statement (the one chunk-size rule).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from itertools import chain
+from typing import Any
+
+from django.db import connection
+from django.db.models import Field, Model
+
+ROWS_PER_STATEMENT = 500
+"""Rows per statement where each value is its own parameter (not PostgreSQL): at six
+columns 3,000 parameters, well under SQLite's limit of 32,766 (SQLite >= 3.32)."""
+
+
+@dataclass(frozen=True)
+class Bind:
+    """One value bound once per statement, not per row (``insert_rows(select=...)``)."""
+
+    value: Any
+
+
+def _vendor_is_postgresql() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def table(model: type[Model]) -> str:
+    """The model's quoted table name, for a JOIN in ``insert_rows``."""
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def _fields(model: type[Model], names: Sequence[str]) -> list[Field]:
+    return [model._meta.get_field(name) for name in names]
+
+
+def _array_type(field: Field) -> str:
+    """The element type of a column's array, without a length: ``varchar(10)`` -> ``varchar``
+    (a cast to ``varchar(10)[]`` would silently truncate, where the insert refuses)."""
+    return re.sub(r"\(.*?\)", "", field.cast_db_type(connection))
+
+
+def _adapter(field: Field) -> Callable[[Any], Any] | None:
+    """How one value of ``field`` is passed as a parameter on the ``VALUES`` path
+    (datetimes as Django's text; everything else as is)."""
+    if field.get_internal_type() == "DateTimeField":
+        return connection.ops.adapt_datetimefield_value
+    return None
+
+
+Columns = Mapping[str, Sequence[Any]]
+"""Rows given column by column: field name -> one value per row (every column as long).
+Not a tuple per row: PostgreSQL binds each column as it is, and 10,000 row tuples
+held at once cost the tick a garbage-collector pass over everything it holds."""
+
+
+def _length(columns: Columns) -> int:
+    lengths = {len(values) for values in columns.values()}
+    if len(lengths) != 1:
+        # unnest() would pad the short arrays with NULLs instead of failing.
+        raise ValueError(f"columns of different lengths: { {name: len(v) for name, v in columns.items()} }")
+    return lengths.pop()
+
+
+def _chunks(columns: Columns) -> Iterator[Columns]:
+    if _vendor_is_postgresql():
+        yield columns  # whole arrays: one statement
+        return
+    n = _length(columns)
+    for start in range(0, n, ROWS_PER_STATEMENT):
+        yield {name: values[start : start + ROWS_PER_STATEMENT] for name, values in columns.items()}
+
+
+def rows_source(
+    model: type[Model],
+    columns: Columns,
+    *,
+    alias: str = "u",
+    ordinal: str | None = None,
+) -> tuple[str, list[Any]]:
+    """One or more rows of ``model``'s fields (``columns``) as a FROM item ``alias`` whose
+    columns are the fields' column names, plus ``ordinal`` (the row's position) if named.
+
+    Returns the SQL and its parameters. Datetimes are aware; the caller chunks
+    (``insert_rows`` and ``update_from_rows`` do: ``ROWS_PER_STATEMENT``).
+    """
+    n = _length(columns)
+    model_fields = _fields(model, list(columns))
+    names = [f.column for f in model_fields]
+    if _vendor_is_postgresql():
+        arrays = ", ".join(f"%b::{_array_type(f)}[]" for f in model_fields)
+        aliases = ", ".join([*names, *([ordinal] if ordinal else [])])
+        ordinality = " WITH ORDINALITY" if ordinal else ""
+        params = [values if isinstance(values, list) else list(values) for values in columns.values()]
+        return f"unnest({arrays}){ordinality} AS {alias}({aliases})", params
+    width = len(names) + (1 if ordinal else 0)
+    selected = [f"column{i + 1} AS {name}" for i, name in enumerate(names)]
+    if ordinal:
+        selected.append(f"column{width} AS {ordinal}")
+    values = ", ".join([f"({', '.join(['%s'] * width)})"] * n)
+    sql = f"(SELECT {', '.join(selected)} FROM (VALUES {values})) AS {alias}"
+    return sql, _values_params(model_fields, columns, ordinal=bool(ordinal))
+
+
+def _values_params(model_fields: list[Field], columns: Columns, *, ordinal: bool = False) -> list[Any]:
+    """The values row after row, adapted column by column (``map``: no generator per row)."""
+    adapted: list[Iterable[Any]] = []
+    for field, values in zip(model_fields, columns.values(), strict=True):
+        adapt = _adapter(field)
+        adapted.append(values if adapt is None else map(adapt, values))
+    if ordinal:
+        adapted.append(range(_length(columns)))
+    return list(chain.from_iterable(zip(*adapted, strict=True)))
+
+
+def execute(sql: str, params: Sequence[Any]) -> list[tuple]:
+    """Run one statement on the default connection; return its rows, if any.
+
+    PostgreSQL: through ``server_side_execute`` (arrays bound by the server).
+    """
+    if _vendor_is_postgresql():
+        return server_side_execute(sql, params)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def server_side_execute(sql: str, params: Sequence[Any]) -> list[tuple]:
+    """PostgreSQL: one statement through a server-side-binding psycopg cursor on Django's
+    connection (so in its transaction), with Django's error types (IntegrityError, ...).
+
+    Django's psycopg backend binds on the client, formatting each array element
+    in Python; for these statements that cost more than the database's own work.
+    """
+    import psycopg
+
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def insert_rows(
+    model: type[Model],
+    columns: Columns,
+    *,
+    select: Mapping[str, str | Bind] | None = None,
+    join: str = "",
+    ordered: bool = False,
+    returning: Sequence[str] = (),
+) -> list[tuple]:
+    """Insert rows, given column by column (field name -> values), into ``model``'s table.
+
+    Without ``select`` each row is inserted as it is. With it, ``select`` maps
+    every inserted field to an SQL expression over the rows (``u.<column>``)
+    and ``join`` (say ``f"JOIN {table(Schedule)} s ON s.id = u.schedule_id"``),
+    or to a ``Bind`` value. ``ordered`` inserts in the order of the rows (ids
+    follow it). ``returning`` fields are read back (datetimes aware, in UTC);
+    their order is the database's, not the rows'.
+    """
+    if not _length(columns):
+        return []
+    into = f"INSERT INTO {table(model)}"
+    if select is None and not join and not ordered:
+        select = {name: f"u.{model._meta.get_field(name).column}" for name in columns}
+        plain = True  # each row as it is: the simplest statement each vendor has for it
+    else:
+        plain = False
+    target = ", ".join(f.column for f in _fields(model, list(select)))
+    # Bound values first: they come before the row source in the statement.
+    binds = [
+        model._meta.get_field(name).get_db_prep_value(value.value, connection)
+        for name, value in select.items()
+        if isinstance(value, Bind)
+    ]
+    expressions = ", ".join("%s" if isinstance(value, Bind) else value for value in select.values())
+    order = " ORDER BY u.ord" if ordered else ""
+    tail = " RETURNING " + ", ".join(f.column for f in _fields(model, returning)) if returning else ""
+    returned: list[tuple] = []
+    for chunk in _chunks(columns):
+        if plain and not _vendor_is_postgresql():
+            row = f"({', '.join(['%s'] * len(chunk))})"
+            sql = f"{into} ({target}) VALUES {', '.join([row] * _length(chunk))}{tail}"
+            params = _values_params(_fields(model, list(chunk)), chunk)
+        elif plain:
+            source, params = rows_source(model, chunk)
+            sql = f"{into} ({target}) SELECT * FROM {source}{tail}"
+        else:
+            source, params = rows_source(model, chunk, ordinal="ord" if ordered else None)
+            sql = f"{into} ({target}) SELECT {expressions} FROM {source} {join}{order}{tail}"
+            params = [*binds, *params]
+        returned.extend(execute(sql, params))
+    if returned and not _vendor_is_postgresql():
+        kinds = [f.get_internal_type() for f in _fields(model, returning)]
+        if "DateTimeField" in kinds:
+            by_column = zip(*returned, strict=True)
+            converted = [map(_aware, c) if k == "DateTimeField" else c for k, c in zip(kinds, by_column, strict=True)]
+            returned = list(zip(*converted, strict=True))
+    return returned
+
+
+def _aware(value: datetime | str | None) -> datetime | None:
+    """A timestamp as SQLite returns it (text or naive, in UTC) -> aware UTC."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def update_from_rows(model: type[Model], key: str, columns: Columns) -> None:
+    """``UPDATE ... SET field = u.field ... FROM <rows> WHERE key = u.key``: one statement
+    (per chunk) for many rows instead of a CASE per row. ``columns`` holds ``key`` and
+    the fields to set, column by column."""
+    if not _length(columns):
+        return
+    table_sql = table(model)
+    key_column = model._meta.get_field(key).column
+    sets = ", ".join(f"{f.column} = u.{f.column}" for f in _fields(model, [name for name in columns if name != key]))
+    for chunk in _chunks(columns):
+        source, params = rows_source(model, chunk)
+        execute(f"UPDATE {table_sql} SET {sets} FROM {source} WHERE {table_sql}.{key_column} = u.{key_column}", params)

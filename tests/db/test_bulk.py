@@ -1,0 +1,147 @@
+"""db.bulk: the one row source behind the tick's insert and update and the event insert."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import DataError, IntegrityError, transaction
+
+from distsched_app.db import bulk
+from distsched_app.models import EventType, Origin, Run, RunEvent, RunState, Schedule
+from tests.conftest import T0
+
+pytestmark = pytest.mark.django_db
+
+EVENT_FIELDS = ("run", "event_type", "message", "worker_id", "attempt", "created_at")
+
+
+def by_column(fields, rows) -> dict:
+    return {name: [row[i] for row in rows] for i, name in enumerate(fields)}
+
+
+@pytest.fixture
+def run(make_schedule):
+    schedule = make_schedule("b")
+    return Run.objects.create(
+        schedule=schedule,
+        task_name="tests.noop",
+        scheduled_for=T0,
+        available_at=T0,
+        origin=Origin.MANUAL,
+        idempotency_key="k",
+        created_at=T0,
+        updated_at=T0,
+    )
+
+
+@pytest.mark.parametrize("chunk", [500, 3])
+def test_insert_rows_writes_every_row_as_given(run, monkeypatch, chunk):
+    monkeypatch.setattr(bulk, "ROWS_PER_STATEMENT", chunk)  # SQLite: several statements; PostgreSQL: one
+    rows = [(run.pk, EventType.CREATED, f"m{i}", f"w{i}", i, T0 + timedelta(microseconds=i)) for i in range(10)]
+    assert bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, rows)) == []
+    stored = RunEvent.objects.order_by("attempt").values_list(
+        "run_id", "event_type", "message", "worker_id", "attempt", "created_at"
+    )
+    assert list(stored) == rows
+
+
+def test_insert_rows_with_select_binds_orders_and_returns_aware_values(run, monkeypatch):
+    monkeypatch.setattr(bulk, "ROWS_PER_STATEMENT", 2)
+    slots = [T0 + timedelta(seconds=s) for s in (5, 1, 3)]
+    returned = bulk.insert_rows(
+        RunEvent,
+        {"run": [run.pk] * 3, "created_at": slots},
+        select={
+            "run": "u.run_id",
+            "event_type": bulk.Bind(EventType.SKIPPED),
+            "message": "r.task_name",
+            "worker_id": "''",
+            "attempt": "r.attempts",
+            "created_at": "u.created_at",
+        },
+        join=f"JOIN {bulk.table(Run)} r ON r.id = u.run_id",
+        ordered=True,
+        returning=("id", "created_at"),
+    )
+    assert sorted(at for _, at in returned) == sorted(slots)  # aware datetimes, equal to what went in
+    by_id = RunEvent.objects.order_by("id").values_list("created_at", "event_type", "message", "attempt")
+    assert list(by_id) == [(slot, EventType.SKIPPED, "tests.noop", 0) for slot in slots]  # ids in row order
+
+
+def test_insert_rows_of_nothing_issues_no_statement(django_assert_num_queries):
+    with django_assert_num_queries(0):
+        assert bulk.insert_rows(RunEvent, {name: [] for name in EVENT_FIELDS}) == []
+        bulk.update_from_rows(Schedule, "id", {"id": [], "next_run_at": []})
+
+
+def test_columns_of_different_lengths_are_refused(run):
+    """PostgreSQL's unnest() would pad the shorter arrays with NULLs."""
+    with pytest.raises(ValueError, match="different lengths"):
+        bulk.insert_rows(RunEvent, {**by_column(EVENT_FIELDS, [(run.pk, "created", "", "", 0, T0)]), "attempt": []})
+    assert not RunEvent.objects.exists()
+
+
+@pytest.mark.parametrize("chunk", [500, 2])
+def test_update_from_rows_sets_each_row_its_own_value(make_schedule, monkeypatch, chunk):
+    monkeypatch.setattr(bulk, "ROWS_PER_STATEMENT", chunk)
+    schedules = [make_schedule(f"u{i}") for i in range(5)]
+    untouched = make_schedule("other").next_run_at
+    new = {s.pk: T0 + timedelta(minutes=i, microseconds=7) for i, s in enumerate(schedules)}
+    bulk.update_from_rows(Schedule, "id", {"id": list(new), "next_run_at": list(new.values())})
+    assert dict(Schedule.objects.filter(pk__in=new).values_list("id", "next_run_at")) == new
+    assert Schedule.objects.get(name="other").next_run_at == untouched
+
+
+def test_a_duplicate_slot_raises_integrity_error(make_schedule):
+    schedule = make_schedule("dup")
+    slots = {
+        "schedule": [schedule.pk, schedule.pk],
+        "state": [RunState.PENDING, RunState.PENDING],
+        "scheduled_for": [T0, T0],
+        "finished_at": [None, None],
+        "idempotency_key": ["k1", "k2"],
+    }
+    select = {
+        "schedule": "u.schedule_id",
+        "task_name": "''",
+        "args": "'[]'",
+        "kwargs": "'{}'",
+        "state": "u.state",
+        "scheduled_for": "u.scheduled_for",
+        "available_at": "u.scheduled_for",
+        "attempts": "0",
+        "max_attempts": "1",
+        "finished_at": "u.finished_at",
+        "idempotency_key": "u.idempotency_key",
+        "queue": "'default'",
+        "origin": bulk.Bind(Origin.SCHEDULE),
+        "cancel_requested": "false",
+        "lease_owner": "''",
+        "last_error": "''",
+        "created_at": bulk.Bind(T0),
+        "updated_at": bulk.Bind(T0),
+    }
+    with pytest.raises(IntegrityError), transaction.atomic():
+        bulk.insert_rows(Run, slots, select=select)
+    assert not Run.objects.exists()
+
+
+@pytest.mark.postgres
+def test_postgresql_refuses_a_value_too_long_for_its_column_rather_than_truncating(run):
+    """The arrays are cast to the column's type without its length (varchar, not varchar(200)):
+    an explicit cast to varchar(200) would silently cut the value, the insert refuses it."""
+    with pytest.raises(DataError), transaction.atomic():
+        bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, [(run.pk, EventType.CREATED, "", "w" * 201, 0, T0)]))
+    assert not RunEvent.objects.exists()
+
+
+@pytest.mark.postgres
+def test_postgresql_binds_whole_columns_in_one_statement(run, monkeypatch):
+    calls = []
+    real = bulk.server_side_execute
+    monkeypatch.setattr(bulk, "server_side_execute", lambda sql, params: calls.append(params) or real(sql, params))
+    rows = [(run.pk, EventType.CREATED, "", "", i, T0) for i in range(1200)]
+    bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, rows))
+    assert len(calls) == 1 and len(calls[0]) == len(EVENT_FIELDS)  # one array per column
+    assert RunEvent.objects.count() == 1200
