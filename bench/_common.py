@@ -38,17 +38,22 @@ _children: list[subprocess.Popen] = []
 
 # -- arguments -----------------------------------------------------------------
 
+
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     p.add_argument("--keep", action="store_true", help="Keep the scratch database (and its path) after the run.")
-    p.add_argument("--log-level", default="WARNING",
-                   help="DISTSCHED_LOG_LEVEL of the child processes (INFO logs every run; default WARNING).")
+    p.add_argument(
+        "--log-level",
+        default="WARNING",
+        help="DISTSCHED_LOG_LEVEL of the child processes (INFO logs every run; default WARNING).",
+    )
     p.add_argument("--debug", action="store_true", help="Run Django with DEBUG=True (query log on; slower).")
     return p
 
 
 # -- scratch database ----------------------------------------------------------
+
 
 @contextmanager
 def scratch_database(name: str, args: argparse.Namespace, settings: str = "tests.settings") -> Iterator[str]:
@@ -149,12 +154,17 @@ def reset_tables() -> None:
 
 # -- child processes -----------------------------------------------------------
 
+
 def spawn(args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start ``manage.py <args>`` with the benchmark's environment (plus ``env``); output to ``log``."""
     handle = open(log, "ab")  # noqa: SIM115 - owned by the child for its lifetime
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env={**os.environ, **(env or {})},
-        stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
     )
     handle.close()
     _children.append(proc)
@@ -217,6 +227,7 @@ def rss_mb(pid: int) -> tuple[float, float] | None:
 
 # -- seeding -------------------------------------------------------------------
 
+
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -237,8 +248,9 @@ def schedule_template(kind: str) -> dict[str, Any]:
     return fields
 
 
-def bulk_schedules(prefix: str, count: int, make: Callable[[int], dict[str, Any]], kind: str,
-                   batch: int = 5000) -> None:
+def bulk_schedules(
+    prefix: str, count: int, make: Callable[[int], dict[str, Any]], kind: str, batch: int = 5000
+) -> None:
     """Insert ``count`` schedules cloned from the validated template, ``make(i)`` overriding fields.
 
     One ``executemany`` per batch with the values Django itself would bind
@@ -252,8 +264,10 @@ def bulk_schedules(prefix: str, count: int, make: Callable[[int], dict[str, Any]
     base = schedule_template(kind)
     fields = [f for f in Schedule._meta.concrete_fields if not f.primary_key]
     qn = connection.ops.quote_name
-    sql = (f"INSERT INTO {qn(Schedule._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
-           f"VALUES ({', '.join(['%s'] * len(fields))})")
+    sql = (
+        f"INSERT INTO {qn(Schedule._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))})"
+    )
     for start in range(0, count, batch):
         rows = []
         for i in range(start, min(count, start + batch)):
@@ -301,8 +315,11 @@ def event_coverage() -> dict[str, dict[str, int]]:
 
     from distsched_app.models import RunEvent
 
-    rows = RunEvent.objects.order_by().values("event_type").annotate(
-        events=Count("id"), runs=Count("run_id", distinct=True))
+    rows = (
+        RunEvent.objects.order_by()
+        .values("event_type")
+        .annotate(events=Count("id"), runs=Count("run_id", distinct=True))
+    )
     return {r["event_type"]: {"events": r["events"], "runs": r["runs"]} for r in rows}
 
 
@@ -315,6 +332,7 @@ def states() -> dict[str, int]:
 
 
 # -- statistics and output -----------------------------------------------------
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile, q in [0, 100]."""
@@ -334,8 +352,7 @@ def median(values: Sequence[float]) -> float:
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[_fmt(c) for c in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)),
-           "  ".join("-" * w for w in widths)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)), "  ".join("-" * w for w in widths)]
     for row in cells:
         out.append("  ".join(c.rjust(w) if _numeric(c) else c.ljust(w) for c, w in zip(row, widths, strict=True)))
     return "\n".join(out)
@@ -357,10 +374,16 @@ def _numeric(text: str) -> bool:
 
 def metadata(args: argparse.Namespace) -> dict[str, Any]:
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "distsched_app"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "distsched_app"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         if dirty:
             commit += " + uncommitted changes in distsched_app"
     except (OSError, subprocess.SubprocessError):

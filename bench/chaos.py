@@ -41,14 +41,24 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     p.add_argument("--runs", type=int, default=3000, help="once schedules, one run each (default 3000)")
-    p.add_argument("--interval-schedules", type=int, default=4,
-                   help="one-second interval schedules running during the window (default 4)")
-    p.add_argument("--window", type=float, default=None,
-                   help="seconds over which the once runs come due (default: runs / 25)")
+    p.add_argument(
+        "--interval-schedules",
+        type=int,
+        default=4,
+        help="one-second interval schedules running during the window (default 4)",
+    )
+    p.add_argument(
+        "--window", type=float, default=None, help="seconds over which the once runs come due (default: runs / 25)"
+    )
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--tickers", type=int, default=2)
-    p.add_argument("--kill-every", type=kill_range, default=(1.0, 2.0), metavar="MIN[-MAX]",
-                   help="seconds between SIGKILLs, uniform in [MIN, MAX] (default 1-2)")
+    p.add_argument(
+        "--kill-every",
+        type=kill_range,
+        default=(1.0, 2.0),
+        metavar="MIN[-MAX]",
+        help="seconds between SIGKILLs, uniform in [MIN, MAX] (default 1-2)",
+    )
     p.add_argument("--lease", type=float, default=2.0, help="lease seconds (default 2)")
     p.add_argument("--heartbeat", type=float, default=0.5, help="heartbeat seconds (default 0.5)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed to drain after the window")
@@ -73,8 +83,12 @@ def main() -> int:
     else:
         _pg_admin(f'CREATE DATABASE "{dbname}"')
         url = f"{PG_ADMIN_URL}/{dbname}"
-    os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="tests.settings", DJANGO_DEBUG="0",
-                      DISTSCHED_LOG_LEVEL=os.environ.get("DISTSCHED_LOG_LEVEL", "WARNING"))
+    os.environ.update(
+        DATABASE_URL=url,
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DJANGO_DEBUG="0",
+        DISTSCHED_LOG_LEVEL=os.environ.get("DISTSCHED_LOG_LEVEL", "WARNING"),
+    )
     ok = False
     try:
         import django
@@ -86,10 +100,16 @@ def main() -> int:
 
         call_command("migrate", verbosity=0)
         config = ChaosConfig(
-            runs=args.runs, interval_schedules=args.interval_schedules,
+            runs=args.runs,
+            interval_schedules=args.interval_schedules,
             window=args.window if args.window is not None else max(10.0, args.runs / 25),
-            workers=args.workers, tickers=args.tickers, kill_every=args.kill_every, lease=args.lease,
-            heartbeat=args.heartbeat, timeout=args.timeout, seed=args.seed,
+            workers=args.workers,
+            tickers=args.tickers,
+            kill_every=args.kill_every,
+            lease=args.lease,
+            heartbeat=args.heartbeat,
+            timeout=args.timeout,
+            seed=args.seed,
         )
         result = run_chaos(config, log_dir=scratch / "logs", say=lambda line: print(line, flush=True))
         for problem in result.problems:

@@ -53,12 +53,15 @@ def measure(args) -> int:
     folder = c.scratch_dir(NAME)
     extra = shlex.split(args.worker_args) + (["--with-tick"] if args.mode == "with-tick" else [])
     for i in range(args.workers):
-        c.spawn(c.worker_command(worker_id=f"lag-{i}", poll_interval=args.poll_interval, burst=False, extra=extra),
-                folder / f"worker-{i}.log")
+        c.spawn(
+            c.worker_command(worker_id=f"lag-{i}", poll_interval=args.poll_interval, burst=False, extra=extra),
+            folder / f"worker-{i}.log",
+        )
     if args.mode == "ticker":
         c.spawn(["tick", "--loop", "--interval", str(args.tick_interval)], folder / "ticker.log")
-    if not c.wait_for(lambda: Worker.objects.filter(status=WorkerStatus.ACTIVE).count() >= args.workers,
-                      timeout=60, interval=0.1):
+    if not c.wait_for(
+        lambda: Worker.objects.filter(status=WorkerStatus.ACTIVE).count() >= args.workers, timeout=60, interval=0.1
+    ):
         raise SystemExit("workers did not register within 60 s:\n" + c.tail(folder / "worker-0.log"))
     time.sleep(args.poll_interval)  # let every worker settle into its idle poll loop
 
@@ -73,18 +76,28 @@ def measure(args) -> int:
 
     def every(i: int) -> dict:
         first = start + timedelta(seconds=rng.uniform(0, args.interval_seconds))
-        return {"interval_seconds": args.interval_seconds, "start_at": first, "next_run_at": first,
-                "created_at": created, "updated_at": created}
+        return {
+            "interval_seconds": args.interval_seconds,
+            "start_at": first,
+            "next_run_at": first,
+            "created_at": created,
+            "updated_at": created,
+        }
 
     c.bulk_schedules("once", args.schedules, once, "once")
     c.bulk_schedules("every", args.interval_schedules, every, "interval")
-    print(f"{args.schedules} once + {args.interval_schedules} interval schedules over {args.duration:.0f} s; "
-          f"waiting for the window to pass")
+    print(
+        f"{args.schedules} once + {args.interval_schedules} interval schedules over {args.duration:.0f} s; "
+        f"waiting for the window to pass"
+    )
     c.wait_for(lambda: c.now() >= end, timeout=args.lead + args.duration + 5, interval=0.2)
     Schedule.objects.filter(kind="interval").update(paused=True)
     window = Run.objects.filter(scheduled_for__lt=end)
-    c.wait_for(lambda: not window.exclude(state=RunState.SUCCEEDED).exists()
-               and window.count() >= args.schedules, timeout=30 + 2 * args.poll_interval, interval=0.2)
+    c.wait_for(
+        lambda: not window.exclude(state=RunState.SUCCEEDED).exists() and window.count() >= args.schedules,
+        timeout=30 + 2 * args.poll_interval,
+        interval=0.2,
+    )
     c.stop_children()
 
     rows = list(window.values_list("scheduled_for", "created_at", "started_at", "state"))
@@ -101,19 +114,32 @@ def measure(args) -> int:
     tick_lag = [(cr - f).total_seconds() for f, cr, _, _ in done]
     poll_lag = [(s - cr).total_seconds() for _, cr, s, _ in done]
     target = args.poll_interval + 0.05
-    stats = {name: summarise(values) for name, values in
-             (("start_lag", lag), ("tick_wait", tick_lag), ("worker_wait", poll_lag))}
-    print(c.table(
-        ["measure (s)", "runs", "p50", "p95", "p99", "max", "mean"],
-        [[name, s["n"], s["p50"], s["p95"], s["p99"], s["max"], s["mean"]] for name, s in stats.items()],
-    ))
+    stats = {
+        name: summarise(values)
+        for name, values in (("start_lag", lag), ("tick_wait", tick_lag), ("worker_wait", poll_lag))
+    }
+    print(
+        c.table(
+            ["measure (s)", "runs", "p50", "p95", "p99", "max", "mean"],
+            [[name, s["n"], s["p50"], s["p95"], s["p99"], s["max"], s["mean"]] for name, s in stats.items()],
+        )
+    )
     verdict = "meets" if stats["start_lag"]["p99"] <= target else "MISSES"
-    print(f"p99 start lag {stats['start_lag']['p99'] * 1000:.0f} ms {verdict} the target <= {target * 1000:.0f} ms "
-          f"(poll {args.poll_interval:.2f} s + 50 ms); {len(missing)} run(s) not succeeded in time")
-    c.write_results(f"{NAME}-{args.mode}", args, {
-        "runs": len(rows), "not_succeeded": len(missing), "target_s": target, "stats": stats,
-        "meets_target": verdict == "meets",
-    })
+    print(
+        f"p99 start lag {stats['start_lag']['p99'] * 1000:.0f} ms {verdict} the target <= {target * 1000:.0f} ms "
+        f"(poll {args.poll_interval:.2f} s + 50 ms); {len(missing)} run(s) not succeeded in time"
+    )
+    c.write_results(
+        f"{NAME}-{args.mode}",
+        args,
+        {
+            "runs": len(rows),
+            "not_succeeded": len(missing),
+            "target_s": target,
+            "stats": stats,
+            "meets_target": verdict == "meets",
+        },
+    )
     return 0 if not missing else 1
 
 

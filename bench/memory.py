@@ -46,8 +46,12 @@ def measure(args) -> int:
     c.analyze()
     print(f"seeded {args.runs:,} runs in {time.perf_counter() - start:.1f} s (tick {seed['tick_s']:.1f} s)")
     log = c.scratch_dir(NAME) / "worker.log"
-    proc = c.spawn(c.worker_command(worker_id="bench-memory", poll_interval=args.poll_interval, burst=False,
-                                    extra=shlex.split(args.worker_args)), log)
+    proc = c.spawn(
+        c.worker_command(
+            worker_id="bench-memory", poll_interval=args.poll_interval, burst=False, extra=shlex.split(args.worker_args)
+        ),
+        log,
+    )
     timeout = args.timeout or max(300.0, args.runs / 20)
     samples: list[dict] = []
     warm: dict | None = None
@@ -74,31 +78,50 @@ def measure(args) -> int:
         proc.kill()
         code = proc.wait()
     if warm is None or end is None:
-        print(f"worker did not finish: {samples[-1]['runs'] if samples else 0}/{args.runs} runs; exit {code}\n"
-              f"{c.tail(log)}", file=sys.stderr)
+        print(
+            f"worker did not finish: {samples[-1]['runs'] if samples else 0}/{args.runs} runs; exit {code}\n"
+            f"{c.tail(log)}",
+            file=sys.stderr,
+        )
         c.write_results(NAME, args, {"ok": False, "samples": samples})
         return 1
     growth = end["rss_mb"] - warm["rss_mb"]
     measured_runs = end["runs"] - warm["runs"]
     rate = measured_runs / (end["t"] - warm["t"]) if end["t"] > warm["t"] else float("nan")
     first = samples[0]
-    print(c.table(
-        ["point", "runs done", "VmRSS MB", "VmHWM MB", "t s"],
-        [["first sample", first["runs"], first["rss_mb"], first["hwm_mb"], first["t"]],
-         [f"after warm-up ({args.warmup:,})", warm["runs"], warm["rss_mb"], warm["hwm_mb"], warm["t"]],
-         ["all runs succeeded", end["runs"], end["rss_mb"], end["hwm_mb"], end["t"]]],
-    ))
+    print(
+        c.table(
+            ["point", "runs done", "VmRSS MB", "VmHWM MB", "t s"],
+            [
+                ["first sample", first["runs"], first["rss_mb"], first["hwm_mb"], first["t"]],
+                [f"after warm-up ({args.warmup:,})", warm["runs"], warm["rss_mb"], warm["hwm_mb"], warm["t"]],
+                ["all runs succeeded", end["runs"], end["rss_mb"], end["hwm_mb"], end["t"]],
+            ],
+        )
+    )
     per_10k = growth / measured_runs * 10_000 if measured_runs else float("nan")
     if measured_runs < 20_000:
         verdict = "too few runs after warm-up to judge against"
     else:
         verdict = "meets" if growth * 50_000 / measured_runs <= 5 else "MISSES"
-    print(f"RSS growth after warm-up: {growth:+.2f} MB over {measured_runs:,} runs ({per_10k:+.3f} MB per 10k runs; "
-          f"{verdict} <= 5 MB per 50k); {rate:.0f} runs/s; worker exit code {code}")
-    c.write_results(NAME, args, {
-        "ok": code == 0, "growth_mb": growth, "growth_mb_per_10k_runs": per_10k, "runs_per_s": rate,
-        "warm": warm, "end": end, "exit_code": code, "samples": samples,
-    })
+    print(
+        f"RSS growth after warm-up: {growth:+.2f} MB over {measured_runs:,} runs ({per_10k:+.3f} MB per 10k runs; "
+        f"{verdict} <= 5 MB per 50k); {rate:.0f} runs/s; worker exit code {code}"
+    )
+    c.write_results(
+        NAME,
+        args,
+        {
+            "ok": code == 0,
+            "growth_mb": growth,
+            "growth_mb_per_10k_runs": per_10k,
+            "runs_per_s": rate,
+            "warm": warm,
+            "end": end,
+            "exit_code": code,
+            "samples": samples,
+        },
+    )
     return 0 if code == 0 else 1
 
 

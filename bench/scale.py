@@ -29,8 +29,10 @@ import _common as c
 
 NAME = "scale"
 SPAN = timedelta(days=30)
-ERROR_TEXT = "ValueError: boom\n\nTraceback (most recent call last):\n  File \"tasks.py\", line 12, in fail\n" \
-             "    raise ValueError(message)\nValueError: boom"
+ERROR_TEXT = (
+    'ValueError: boom\n\nTraceback (most recent call last):\n  File "tasks.py", line 12, in fail\n'
+    "    raise ValueError(message)\nValueError: boom"
+)
 
 ENDPOINTS = [
     # (label, url, target ms)
@@ -61,8 +63,11 @@ def main() -> int:
     p.add_argument("--schedules", type=int, default=1000)
     p.add_argument("--requests", type=int, default=30, help="Timed requests per endpoint.")
     p.add_argument("--no-explain", action="store_true")
-    p.add_argument("--keep-indexes", action="store_true",
-                   help="Load with the secondary indexes in place (slower) instead of rebuilding them after.")
+    p.add_argument(
+        "--keep-indexes",
+        action="store_true",
+        help="Load with the secondary indexes in place (slower) instead of rebuilding them after.",
+    )
     args = p.parse_args()
     with c.scratch_database(NAME, args):
         c.header(f"scale: {args.runs:,} runs, {3 * args.runs:,} events", args)
@@ -75,11 +80,14 @@ def main() -> int:
 
 # -- loading -------------------------------------------------------------------
 
+
 def _state_case(column: str) -> str:
     """90% succeeded, 3% dead, 2% retrying, 3% pending, 1% cancelled, 1% running (by ``column`` mod 100)."""
-    return (f"CASE WHEN mod({column}, 100) < 90 THEN 'succeeded' WHEN mod({column}, 100) < 93 THEN 'dead' "
-            f"WHEN mod({column}, 100) < 95 THEN 'retrying' WHEN mod({column}, 100) < 98 THEN 'pending' "
-            f"WHEN mod({column}, 100) < 99 THEN 'cancelled' ELSE 'running' END")
+    return (
+        f"CASE WHEN mod({column}, 100) < 90 THEN 'succeeded' WHEN mod({column}, 100) < 93 THEN 'dead' "
+        f"WHEN mod({column}, 100) < 95 THEN 'retrying' WHEN mod({column}, 100) < 98 THEN 'pending' "
+        f"WHEN mod({column}, 100) < 99 THEN 'cancelled' ELSE 'running' END"
+    )
 
 
 def _event_case(position: int) -> str:
@@ -103,8 +111,10 @@ def load_data(args) -> dict[str, Any]:
     from distsched_app.models import RunEvent
 
     events = RunEvent.objects.count()
-    print(f"loaded {sum(states.values()):,} runs, {events:,} events in {timings['total_s']:.1f} s "
-          f"({', '.join(f'{k} {v:.1f}s' for k, v in timings.items() if k != 'total_s')})")
+    print(
+        f"loaded {sum(states.values()):,} runs, {events:,} events in {timings['total_s']:.1f} s "
+        f"({', '.join(f'{k} {v:.1f}s' for k, v in timings.items() if k != 'total_s')})"
+    )
     print("states: " + ", ".join(f"{k} {v:,}" for k, v in sorted(states.items(), key=lambda kv: -kv[1])))
     return {"timings": timings, "states": states, "events": events}
 
@@ -116,8 +126,15 @@ def _load_postgres(args, timings: dict[str, float]) -> None:
     t0 = now - SPAN
     step_us = int(SPAN.total_seconds() * 1e6 / args.runs)
     raw = connection.connection  # psycopg connection: plain %(name)s parameters
-    params = {"now": now, "t0": t0, "n": args.runs, "s": args.schedules, "step": step_us,
-              "err": ERROR_TEXT, "msg": "ValueError: boom"}
+    params = {
+        "now": now,
+        "t0": t0,
+        "n": args.runs,
+        "s": args.schedules,
+        "step": step_us,
+        "err": ERROR_TEXT,
+        "msg": "ValueError: boom",
+    }
     with raw.cursor() as cur:
         cur.execute("SET synchronous_commit = off")
         cur.execute("SET maintenance_work_mem = '256MB'")
@@ -130,7 +147,8 @@ def _load_postgres(args, timings: dict[str, float]) -> None:
             WHERE i.indrelid IN ('distsched_app_run'::regclass, 'distsched_app_runevent'::regclass)
               AND NOT i.indisprimary
               AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)
-            """)
+            """
+        )
         indexes = [] if args.keep_indexes else cur.fetchall()
         for name, _ in indexes:
             cur.execute(f"DROP INDEX {name}")
@@ -144,7 +162,9 @@ def _load_postgres(args, timings: dict[str, float]) -> None:
                    %(now)s::timestamptz + interval '10 minutes' + mod(g, 600) * interval '1 second',
                    mod(g, 20) = 0, 3, 10, 3600, 0, 'one', 'allow', 'default', %(t0)s, %(t0)s
             FROM generate_series(1, %(s)s) g
-            """, params)
+            """,
+            params,
+        )
         cur.execute("SELECT min(id) FROM distsched_app_schedule")
         params["sid0"] = cur.fetchone()[0]
         cur.execute(
@@ -164,10 +184,12 @@ def _load_postgres(args, timings: dict[str, float]) -> None:
                    NULL, CASE WHEN mod(g, 10) = 0 THEN 'emails' ELSE 'default' END, 'schedule',
                    'scale-' || mod(g, %(s)s) || ':' || g, false, sf,
                    sf + interval '50 milliseconds'
-            FROM (SELECT g, {_state_case('g')} AS st,
+            FROM (SELECT g, {_state_case("g")} AS st,
                          %(t0)s::timestamptz + (g::bigint * %(step)s) * interval '1 microsecond' AS sf
                   FROM generate_series(1, %(n)s) g) s
-            """, params)
+            """,
+            params,
+        )
         timings["runs_s"] = time.perf_counter() - start
         start = time.perf_counter()
         cur.execute(
@@ -181,7 +203,9 @@ def _load_postgres(args, timings: dict[str, float]) -> None:
                    r.scheduled_for + k * interval '10 milliseconds'
             FROM distsched_app_run r CROSS JOIN generate_series(0, 2) k
             ORDER BY r.id, k
-            """, params)
+            """,
+            params,
+        )
         timings["events_s"] = time.perf_counter() - start
         start = time.perf_counter()
         for _, definition in indexes:
@@ -210,8 +234,12 @@ def _load_sqlite(args, timings: dict[str, float]) -> None:
 
     day = 86400.0
     params = {
-        "now": now.strftime("%Y-%m-%d %H:%M:%S"), "t0": t0.strftime("%Y-%m-%d %H:%M:%S"), "n": args.runs,
-        "s": args.schedules, "step": SPAN.total_seconds() / args.runs / day, "err": ERROR_TEXT,
+        "now": now.strftime("%Y-%m-%d %H:%M:%S"),
+        "t0": t0.strftime("%Y-%m-%d %H:%M:%S"),
+        "n": args.runs,
+        "s": args.schedules,
+        "step": SPAN.total_seconds() / args.runs / day,
+        "err": ERROR_TEXT,
         "msg": "ValueError: boom",
     }
     raw = connection.connection  # sqlite3 connection: plain :name parameters
@@ -221,7 +249,8 @@ def _load_sqlite(args, timings: dict[str, float]) -> None:
     ms = 1 / 86400000
     indexes = raw.execute(
         "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
-        "AND tbl_name IN ('distsched_app_run', 'distsched_app_runevent')").fetchall()
+        "AND tbl_name IN ('distsched_app_run', 'distsched_app_runevent')"
+    ).fetchall()
     if args.keep_indexes:
         indexes = []
     for name, _ in indexes:
@@ -238,7 +267,9 @@ def _load_sqlite(args, timings: dict[str, float]) -> None:
                {ts("julianday(:now) + (600 + g % 600) / 86400.0")}, g % 20 = 0, 3, 10, 3600, 0, 'one', 'allow',
                'default', :t0, :t0
         FROM seq
-        """, params)
+        """,
+        params,
+    )
     params["sid0"] = raw.execute("SELECT min(id) FROM distsched_app_schedule").fetchone()[0]
     raw.execute(
         f"""
@@ -256,9 +287,11 @@ def _load_sqlite(args, timings: dict[str, float]) -> None:
                CASE WHEN st IN ('dead', 'retrying') THEN :err ELSE '' END,
                NULL, CASE WHEN g % 10 = 0 THEN 'emails' ELSE 'default' END, 'schedule',
                'scale-' || (g % :s) || ':' || g, 0, {ts("jf")}, {ts(f"jf + 50 * {ms}")}
-        FROM (SELECT g, {_state_case('g').replace('mod(g, 100)', '(g % 100)')} AS st,
+        FROM (SELECT g, {_state_case("g").replace("mod(g, 100)", "(g % 100)")} AS st,
                      julianday(:t0) + g * :step AS jf FROM seq)
-        """, params)
+        """,
+        params,
+    )
     raw.execute("COMMIT")
     timings["runs_s"] = time.perf_counter() - start
     start = time.perf_counter()
@@ -274,7 +307,9 @@ def _load_sqlite(args, timings: dict[str, float]) -> None:
                {ts(f"julianday(r.scheduled_for) + k.k * 10 * {ms}")}
         FROM distsched_app_run r CROSS JOIN (SELECT 0 AS k UNION ALL SELECT 1 UNION ALL SELECT 2) k
         ORDER BY r.id, k.k
-        """, params)
+        """,
+        params,
+    )
     raw.execute("COMMIT")
     timings["events_s"] = time.perf_counter() - start
     start = time.perf_counter()
@@ -285,6 +320,7 @@ def _load_sqlite(args, timings: dict[str, float]) -> None:
 
 
 # -- endpoint latency ----------------------------------------------------------
+
 
 def measure_endpoints(args) -> list[dict[str, Any]]:
     from django.contrib.auth import get_user_model
@@ -309,8 +345,18 @@ def measure_endpoints(args) -> list[dict[str, Any]]:
     for r in results:
         if "p50_ms" in r:
             verdict = "" if r["target_ms"] is None else ("ok" if r["p95_ms"] <= r["target_ms"] else "MISS")
-            rows.append([r["endpoint"], r["status"], r["queries"], r["p50_ms"], r["p95_ms"], r["max_ms"],
-                         f"<= {r['target_ms']} ms" if r["target_ms"] else "-", verdict])
+            rows.append(
+                [
+                    r["endpoint"],
+                    r["status"],
+                    r["queries"],
+                    r["p50_ms"],
+                    r["p95_ms"],
+                    r["max_ms"],
+                    f"<= {r['target_ms']} ms" if r["target_ms"] else "-",
+                    verdict,
+                ]
+            )
         else:
             rows.append([r["endpoint"], r["status"], "", "", "", "", "-", ""])
     print()
@@ -356,8 +402,15 @@ def time_endpoint(client, label: str, url: str, target: int | None, count: int) 
                 row["status"] = f"error ({response.status_code})"
                 return row
     status = f"200 (via {row['redirected_from']} 301)" if "redirected_from" in row else 200
-    row.update(status=status, queries=queries[0] // count, bytes=len(first.content), p50_ms=c.percentile(times, 50),
-               p95_ms=c.percentile(times, 95), max_ms=max(times), times_ms=times)
+    row.update(
+        status=status,
+        queries=queries[0] // count,
+        bytes=len(first.content),
+        p50_ms=c.percentile(times, 50),
+        p95_ms=c.percentile(times, 95),
+        max_ms=max(times),
+        times_ms=times,
+    )
     return row
 
 
@@ -375,6 +428,7 @@ def _next_link(response) -> str | None:
 
 
 # -- EXPLAIN -------------------------------------------------------------------
+
 
 def capture(fn: Callable[[], Any]) -> list[tuple[str, Any]]:
     """The SELECTs ``fn`` issues, with their parameters (inside a rolled-back transaction)."""
@@ -423,8 +477,11 @@ def _inline(sql: str, params: Any) -> str:
 
     with connection.cursor() as cur:
         try:
-            return connection.ops.last_executed_query(cur, sql, params) if connection.vendor == "sqlite" \
+            return (
+                connection.ops.last_executed_query(cur, sql, params)
+                if connection.vendor == "sqlite"
                 else cur.cursor.mogrify(sql, params)
+            )
         except Exception:  # noqa: BLE001 - only a display aid
             return f"{sql}  -- params {params!r}"
 
@@ -444,20 +501,28 @@ def explain_hot_queries(args) -> list[dict[str, str]]:
     client = Client()
     client.force_login(get_user_model().objects.get(username="bench"))
     cases: list[tuple[str, Callable[[], Any]]] = [
-        ("claim (claim_next_run: lease-expired query, then waiting query)",
-         lambda: claiming.claim_next_run(worker_id="bench-explain", queues=["default"], lease_seconds=30, now=now)),
+        (
+            "claim (claim_next_run: lease-expired query, then waiting query)",
+            lambda: claiming.claim_next_run(worker_id="bench-explain", queues=["default"], lease_seconds=30, now=now),
+        ),
         ("tick due query (tick(now), nothing due)", lambda: tick(now=now)),
         ("run list by state, newest first (ORM, first page)", lambda: list(dead[:51])),
-        ("run list by state, cursor page (ORM, id < cursor)",
-         lambda: list(Run.objects.filter(state="dead", id__lt=cursor_id).order_by("-id")[:51])),
-        ("run list filtered by schedule, newest first (ORM)",
-         lambda: list(Run.objects.filter(schedule__name="scale-7").order_by("-id")[:51])),
+        (
+            "run list by state, cursor page (ORM, id < cursor)",
+            lambda: list(Run.objects.filter(state="dead", id__lt=cursor_id).order_by("-id")[:51]),
+        ),
+        (
+            "run list filtered by schedule, newest first (ORM)",
+            lambda: list(Run.objects.filter(schedule__name="scale-7").order_by("-id")[:51]),
+        ),
         ("stats: runs by state GROUP BY (services.stats.runs_by_state)", stats.runs_by_state),
         ("stats: the rest of services.stats.stats", lambda: stats.stats(now=now)),
         ("GET /api/runs?state=dead as served", lambda: _get(client, "/api/runs/?state=dead")),
         ("GET /api/runs?schedule=scale-7 as served", lambda: _get(client, "/api/runs/?schedule=scale-7")),
-        ("admin run changelist ?state__exact=dead as served",
-         lambda: _get(client, "/admin/distsched_app/run/?state__exact=dead")),
+        (
+            "admin run changelist ?state__exact=dead as served",
+            lambda: _get(client, "/admin/distsched_app/run/?state__exact=dead"),
+        ),
         ("admin run changelist (unfiltered) as served", lambda: _get(client, "/admin/distsched_app/run/")),
         ("GET /api/stats as served", lambda: _get(client, "/api/stats/")),
         ("GET /metrics as served", lambda: _get(client, "/metrics")),

@@ -63,10 +63,15 @@ def measure(args) -> int:
         spawned_at = c.now()
         start = time.perf_counter()
         procs = [
-            c.spawn(c.worker_command(worker_id=f"bench-{rep}-{i}", poll_interval=args.poll_interval, burst=True,
-                                     extra=extra), log)
+            c.spawn(
+                c.worker_command(
+                    worker_id=f"bench-{rep}-{i}", poll_interval=args.poll_interval, burst=True, extra=extra
+                ),
+                log,
+            )
             for i, log in enumerate(logs)
         ]
+
         def finished(procs=procs) -> bool:
             return c.succeeded_count() >= args.runs or all(proc.poll() is not None for proc in procs)
 
@@ -100,24 +105,42 @@ def measure(args) -> int:
         reps.append(row)
         if done < args.runs or check["problems"] or any(codes):
             ok = False
-            print(f"repetition {rep + 1}: {done}/{args.runs} succeeded, exit codes {codes}, "
-                  f"problems {check['problems']}", file=sys.stderr)
+            print(
+                f"repetition {rep + 1}: {done}/{args.runs} succeeded, exit codes {codes}, problems {check['problems']}",
+                file=sys.stderr,
+            )
             for log in logs:
                 print(f"--- {log.name}\n{c.tail(log)}", file=sys.stderr)
     for r in reps:
         if r["check"]["notes"]:
             print(f"repetition {r['repeat']} notes: {'; '.join(r['check']['notes'])}")
-    print(c.table(
-        ["rep", "runs", "workers", "wall s", "wall runs/s", "startup s", "window s", "window runs/s", "events ok"],
-        [[r["repeat"], r["runs"], r["workers"], r["wall_s"], r["wall_runs_per_s"], r["startup_s"], r["window_s"],
-          r["window_runs_per_s"], "yes" if not r["check"]["problems"] else "NO"] for r in reps],
-    ))
+    print(
+        c.table(
+            ["rep", "runs", "workers", "wall s", "wall runs/s", "startup s", "window s", "window runs/s", "events ok"],
+            [
+                [
+                    r["repeat"],
+                    r["runs"],
+                    r["workers"],
+                    r["wall_s"],
+                    r["wall_runs_per_s"],
+                    r["startup_s"],
+                    r["window_s"],
+                    r["window_runs_per_s"],
+                    "yes" if not r["check"]["problems"] else "NO",
+                ]
+                for r in reps
+            ],
+        )
+    )
     summary = {
         "median_wall_runs_per_s": c.median([r["wall_runs_per_s"] for r in reps]),
         "median_window_runs_per_s": c.median([r["window_runs_per_s"] for r in reps]),
     }
-    print(f"median: {summary['median_wall_runs_per_s']:.0f} runs/s wall, "
-          f"{summary['median_window_runs_per_s']:.0f} runs/s steady-state window")
+    print(
+        f"median: {summary['median_wall_runs_per_s']:.0f} runs/s wall, "
+        f"{summary['median_window_runs_per_s']:.0f} runs/s steady-state window"
+    )
     c.write_results(f"{NAME}-w{args.workers}", args, {"ok": ok, "summary": summary, "repetitions": reps})
     return 0 if ok else 1
 
@@ -196,7 +219,7 @@ def _trim(text: str) -> str:
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.strip().startswith("ncalls"):
-            return "\n".join(lines[i - 2 if i >= 2 else 0:])
+            return "\n".join(lines[i - 2 if i >= 2 else 0 :])
     return text
 
 

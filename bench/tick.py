@@ -43,10 +43,26 @@ def main() -> int:
         due = bench_due(args)
         idle = bench_idle(args)
         rows = [
-            [f"(a) one tick, {args.due:,} due", args.repeat, due["min_s"] * 1000, due["median_s"] * 1000,
-             due["max_s"] * 1000, due["queries"], due["db_share"] * 100, "<= 1000 ms"],
-            [f"(b) one tick, {args.idle:,} none due", args.idle_ticks, idle["min_s"] * 1000,
-             idle["median_s"] * 1000, idle["max_s"] * 1000, idle["queries"], idle["db_share"] * 100, "<= 20 ms"],
+            [
+                f"(a) one tick, {args.due:,} due",
+                args.repeat,
+                due["min_s"] * 1000,
+                due["median_s"] * 1000,
+                due["max_s"] * 1000,
+                due["queries"],
+                due["db_share"] * 100,
+                "<= 1000 ms",
+            ],
+            [
+                f"(b) one tick, {args.idle:,} none due",
+                args.idle_ticks,
+                idle["min_s"] * 1000,
+                idle["median_s"] * 1000,
+                idle["max_s"] * 1000,
+                idle["queries"],
+                idle["db_share"] * 100,
+                "<= 20 ms",
+            ],
         ]
         print()
         print(c.table(["case", "n", "min ms", "median ms", "max ms", "queries", "db time %", "target"], rows))
@@ -102,9 +118,16 @@ def bench_due(args) -> dict:
         reset()
         profile = profiled(lambda: tick(now=c.now()), args.profile_top)
         print(f"--- (a) one tick under cProfile, top {args.profile_top} by cumulative and internal time\n{profile}")
-    return {"profile": profile, "top_statements": top,
-            "times_s": times, "min_s": min(times), "median_s": c.median(times), "max_s": max(times),
-            "queries": queries, "db_share": db_share}
+    return {
+        "profile": profile,
+        "top_statements": top,
+        "times_s": times,
+        "min_s": min(times),
+        "median_s": c.median(times),
+        "max_s": max(times),
+        "queries": queries,
+        "db_share": db_share,
+    }
 
 
 def bench_idle(args) -> dict:
@@ -136,8 +159,15 @@ def bench_idle(args) -> dict:
             raise SystemExit(f"(b) tick created {len(created)} runs; none was due")
     queries, db_share, _ = captured(lambda: tick(now=c.now()))
     print(f"(b) median {c.median(times) * 1000:.2f} ms over {len(times)} ticks")
-    return {"times_s": times, "min_s": min(times), "median_s": c.median(times), "max_s": max(times),
-            "p95_s": c.percentile(times, 95), "queries": queries, "db_share": db_share}
+    return {
+        "times_s": times,
+        "min_s": min(times),
+        "median_s": c.median(times),
+        "max_s": max(times),
+        "p95_s": c.percentile(times, 95),
+        "queries": queries,
+        "db_share": db_share,
+    }
 
 
 def captured(fn) -> tuple[int, float, list[dict]]:
@@ -172,8 +202,9 @@ def captured(fn) -> tuple[int, float, list[dict]]:
     finally:
         bulk.server_side_execute = pg_execute
     total = sum(sum(v) for v in spent.values())
-    top = sorted(({"sql": k, "count": len(v), "ms": sum(v) * 1000} for k, v in spent.items()),
-                 key=lambda d: -d["ms"])[:6]
+    top = sorted(({"sql": k, "count": len(v), "ms": sum(v) * 1000} for k, v in spent.items()), key=lambda d: -d["ms"])[
+        :6
+    ]
     return sum(len(v) for v in spent.values()), (total / elapsed if elapsed else 0.0), top
 
 

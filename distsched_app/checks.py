@@ -22,11 +22,13 @@ def check_distsched_settings(app_configs, **kwargs):  # noqa: ANN001, ANN201 - D
     lease = user.get("LEASE_SECONDS", DEFAULTS["LEASE_SECONDS"])
     beat = user.get("HEARTBEAT_SECONDS", DEFAULTS["HEARTBEAT_SECONDS"])
     if isinstance(lease, int | float) and isinstance(beat, int | float) and beat * 2 > lease:
-        problems.append(Warning(
-            "DISTSCHED HEARTBEAT_SECONDS should be at most half of LEASE_SECONDS.",
-            hint="Otherwise a healthy worker can lose the lease of a long task.",
-            id="distsched.W003",
-        ))
+        problems.append(
+            Warning(
+                "DISTSCHED HEARTBEAT_SECONDS should be at most half of LEASE_SECONDS.",
+                hint="Otherwise a healthy worker can lose the lease of a long task.",
+                id="distsched.W003",
+            )
+        )
     return problems
 
 
@@ -36,11 +38,13 @@ def sqlite_mode_warnings(databases: dict) -> list[Warning]:
         if db.get("ENGINE") == "django.db.backends.sqlite3":
             mode = (db.get("OPTIONS") or {}).get("transaction_mode")
             if mode != "IMMEDIATE":
-                problems.append(Warning(
-                    f"Database {alias!r} is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE'.",
-                    hint="Concurrent workers then fail with 'database is locked' on lock upgrade.",
-                    id="distsched.W002",
-                ))
+                problems.append(
+                    Warning(
+                        f"Database {alias!r} is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE'.",
+                        hint="Concurrent workers then fail with 'database is locked' on lock upgrade.",
+                        id="distsched.W002",
+                    )
+                )
     return problems
 
 
@@ -58,10 +62,17 @@ def value_errors(user: dict) -> list[Error]:
         fits = math.isfinite(number) and low <= number <= high and (kind is float or number.is_integer())
         if not fits:
             what = "a whole number" if kind is int else "a number"
-            problems.append(Error(f"DISTSCHED[{key!r}] must be {what} from {low:g} to {high:g}, not {value!r}.",
-                                  id="distsched.E001"))
+            problems.append(
+                Error(
+                    f"DISTSCHED[{key!r}] must be {what} from {low:g} to {high:g}, not {value!r}.", id="distsched.E001"
+                )
+            )
     for key, allowed in CHOICES.items():
         if key in user and user[key] not in allowed:
-            problems.append(Error(f"DISTSCHED[{key!r}] must be one of {', '.join(map(repr, allowed))}, "
-                                  f"not {user[key]!r}.", id="distsched.E002"))
+            problems.append(
+                Error(
+                    f"DISTSCHED[{key!r}] must be one of {', '.join(map(repr, allowed))}, not {user[key]!r}.",
+                    id="distsched.E002",
+                )
+            )
     return problems

@@ -246,12 +246,10 @@ class Run(models.Model):
             models.Index(fields=["state", "queue"], name="distsched_run_state_queue"),
             models.Index(fields=["schedule", "-id"], name="distsched_run_sched_id"),
             # Finished runs only (prune, recent durations): pending inserts skip it.
-            models.Index(fields=["finished_at"], name="distsched_run_finished",
-                         condition=Q(finished_at__isnull=False)),
+            models.Index(fields=["finished_at"], name="distsched_run_finished", condition=Q(finished_at__isnull=False)),
             # One index serves both lookups and prefix search of the key (admin);
             # on PostgreSQL a plain db_index would create two.
-            models.Index(fields=["idempotency_key"], name="distsched_run_idem",
-                         opclasses=["varchar_pattern_ops"]),
+            models.Index(fields=["idempotency_key"], name="distsched_run_idem", opclasses=["varchar_pattern_ops"]),
         ]
 
     def __str__(self) -> str:
@@ -297,11 +295,13 @@ class WorkerQuerySet(models.QuerySet):
         """Workers by liveness (every ``Liveness`` value a key), in one aggregate query."""
         cutoff = _stale_before(now)
         live = ~Q(status=WorkerStatus.STOPPED)
-        return self.aggregate(**{
-            Liveness.ALIVE.value: models.Count("worker_id", filter=live & Q(heartbeat_at__gte=cutoff)),
-            Liveness.STALE.value: models.Count("worker_id", filter=live & Q(heartbeat_at__lt=cutoff)),
-            Liveness.STOPPED.value: models.Count("worker_id", filter=Q(status=WorkerStatus.STOPPED)),
-        })
+        return self.aggregate(
+            **{
+                Liveness.ALIVE.value: models.Count("worker_id", filter=live & Q(heartbeat_at__gte=cutoff)),
+                Liveness.STALE.value: models.Count("worker_id", filter=live & Q(heartbeat_at__lt=cutoff)),
+                Liveness.STOPPED.value: models.Count("worker_id", filter=Q(status=WorkerStatus.STOPPED)),
+            }
+        )
 
 
 class Worker(models.Model):

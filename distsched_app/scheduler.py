@@ -1,7 +1,7 @@
 """The public facade: services bound to one clock.
 
-    scheduler = Scheduler()                       # system clock
-    scheduler = Scheduler(clock=FakeClock(...))   # tests
+scheduler = Scheduler()                       # system clock
+scheduler = Scheduler(clock=FakeClock(...))   # tests
 """
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ class Scheduler:
         ids = [r.run_id for r in created]
         return list(Run.objects.filter(pk__in=ids).select_related("schedule").order_by("scheduled_for", "id"))
 
-    def claim_next_run(self, *, worker_id: str, queues: list[str] | None = None,
-                       lease_seconds: float = 30) -> Run | None:
-        return claiming.claim_next_run(worker_id=worker_id, queues=queues, lease_seconds=lease_seconds,
-                                       now=self.now())
+    def claim_next_run(
+        self, *, worker_id: str, queues: list[str] | None = None, lease_seconds: float = 30
+    ) -> Run | None:
+        return claiming.claim_next_run(worker_id=worker_id, queues=queues, lease_seconds=lease_seconds, now=self.now())
 
     def get_run(self, run_id: int) -> Run:
         return runs.get_run(run_id)

@@ -56,7 +56,10 @@ class StrictCursorPagination(CursorPagination):
         for param in params:
             if param["name"] == self.page_size_query_param:
                 param["schema"] = {
-                    "type": "integer", "minimum": 1, "maximum": self.max_page_size, "default": self.page_size,
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": self.max_page_size,
+                    "default": self.page_size,
                 }
         return params
 

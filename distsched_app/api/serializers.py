@@ -28,14 +28,52 @@ from .fields import (
 )
 
 SCHEDULE_FIELDS = [
-    "name", "task_name", "args", "kwargs", "kind", "interval_seconds", "cron", "timezone", "run_at",
-    "start_at", "next_run_at", "paused", "max_attempts", "retry_base_seconds", "retry_max_seconds",
-    "retry_jitter", "catch_up", "overlap", "queue", "created_at", "updated_at",
+    "name",
+    "task_name",
+    "args",
+    "kwargs",
+    "kind",
+    "interval_seconds",
+    "cron",
+    "timezone",
+    "run_at",
+    "start_at",
+    "next_run_at",
+    "paused",
+    "max_attempts",
+    "retry_base_seconds",
+    "retry_max_seconds",
+    "retry_jitter",
+    "catch_up",
+    "overlap",
+    "queue",
+    "created_at",
+    "updated_at",
 ]
 RUN_FIELDS = [
-    "id", "schedule", "task_name", "args", "kwargs", "state", "scheduled_for", "available_at", "attempts",
-    "max_attempts", "lease_owner", "lease_expires_at", "started_at", "finished_at", "last_error", "result",
-    "queue", "origin", "idempotency_key", "cancel_requested", "fencing_token", "created_at", "updated_at",
+    "id",
+    "schedule",
+    "task_name",
+    "args",
+    "kwargs",
+    "state",
+    "scheduled_for",
+    "available_at",
+    "attempts",
+    "max_attempts",
+    "lease_owner",
+    "lease_expires_at",
+    "started_at",
+    "finished_at",
+    "last_error",
+    "result",
+    "queue",
+    "origin",
+    "idempotency_key",
+    "cancel_requested",
+    "fencing_token",
+    "created_at",
+    "updated_at",
 ]
 
 
@@ -146,8 +184,18 @@ class WorkerSerializer(serializers.ModelSerializer):
     class Meta:
         model = Worker
         fields = [
-            "worker_id", "hostname", "pid", "queues", "status", "stale", "started_at", "heartbeat_at",
-            "heartbeat_age_seconds", "current_run", "clock_skew_seconds", "runs_executed",
+            "worker_id",
+            "hostname",
+            "pid",
+            "queues",
+            "status",
+            "stale",
+            "started_at",
+            "heartbeat_at",
+            "heartbeat_age_seconds",
+            "current_run",
+            "clock_skew_seconds",
+            "runs_executed",
         ]
         read_only_fields = fields
 
@@ -193,15 +241,21 @@ class ScheduleChangeSerializer(serializers.Serializer):
     args = json_list(required=False, help_text="Positional arguments (a JSON array).")
     kwargs = json_object(required=False, help_text="Keyword arguments (a JSON object).")
     kind = serializers.ChoiceField(
-        choices=ScheduleKind.choices, required=False,
+        choices=ScheduleKind.choices,
+        required=False,
         help_text="Inferred from whichever of interval_seconds, cron or run_at is given.",
     )
     interval_seconds = StrictIntegerField(
-        min_value=1, max_value=MAX_INTERVAL_SECONDS, required=False, allow_null=True,
+        min_value=1,
+        max_value=MAX_INTERVAL_SECONDS,
+        required=False,
+        allow_null=True,
         help_text="Seconds between runs (kind=interval).",
     )
     cron = StrictCharField(
-        max_length=200, required=False, allow_blank=True,
+        max_length=200,
+        required=False,
+        allow_blank=True,
         help_text="Five-field cron expression, evaluated in `timezone` (kind=cron).",
     )
     timezone = StrictCharField(max_length=64, required=False, help_text="IANA time zone of the cron expression.")
@@ -235,4 +289,3 @@ class ScheduleCreateSerializer(ScheduleChangeSerializer):
         max_length=NAME_MAX, help_text="Unique slug: letters, digits, '-' and '_'. Cannot be changed later."
     )
     task_name = StrictCharField(max_length=200, help_text="A registered task name.")
-

@@ -86,16 +86,38 @@ def actor(request: Request) -> str:
 
 
 CREATE_EXAMPLES = [
-    OpenApiExample("Every hour", request_only=True, value={
-        "name": "hourly-heartbeat", "task_name": "demo.heartbeat", "interval_seconds": 3600,
-    }),
-    OpenApiExample("Cron in a time zone", request_only=True, value={
-        "name": "nightly-heartbeat", "task_name": "demo.heartbeat", "cron": "0 3 * * *", "timezone": "Europe/Paris",
-        "max_attempts": 5, "retry_base_seconds": 30, "catch_up": "skip", "overlap": "skip",
-    }),
-    OpenApiExample("Once", request_only=True, value={
-        "name": "new-year", "task_name": "demo.heartbeat", "run_at": "2030-01-01T00:00:00Z",
-    }),
+    OpenApiExample(
+        "Every hour",
+        request_only=True,
+        value={
+            "name": "hourly-heartbeat",
+            "task_name": "demo.heartbeat",
+            "interval_seconds": 3600,
+        },
+    ),
+    OpenApiExample(
+        "Cron in a time zone",
+        request_only=True,
+        value={
+            "name": "nightly-heartbeat",
+            "task_name": "demo.heartbeat",
+            "cron": "0 3 * * *",
+            "timezone": "Europe/Paris",
+            "max_attempts": 5,
+            "retry_base_seconds": 30,
+            "catch_up": "skip",
+            "overlap": "skip",
+        },
+    ),
+    OpenApiExample(
+        "Once",
+        request_only=True,
+        value={
+            "name": "new-year",
+            "task_name": "demo.heartbeat",
+            "run_at": "2030-01-01T00:00:00Z",
+        },
+    ),
 ]
 CHANGE_EXAMPLES = [
     OpenApiExample("New interval", request_only=True, value={"interval_seconds": 600}),
@@ -105,7 +127,9 @@ CHANGE_EXAMPLES = [
 
 
 NAME_PARAM = OpenApiParameter(
-    "name", {"type": "string", "pattern": "^[A-Za-z0-9_-]+$", "maxLength": NAME_MAX}, OpenApiParameter.PATH,
+    "name",
+    {"type": "string", "pattern": "^[A-Za-z0-9_-]+$", "maxLength": NAME_MAX},
+    OpenApiParameter.PATH,
     description="The schedule's name.",
 )
 ID_PARAM = OpenApiParameter(
@@ -200,8 +224,11 @@ class ScheduleViewSet(ApiView, viewsets.GenericViewSet):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
-        operation_id="schedules_pause", summary="Pause: create no new runs (existing runs carry on)",
-        parameters=[NAME_PARAM], request=None, responses={200: ScheduleDetailSerializer, **error_responses(404)},
+        operation_id="schedules_pause",
+        summary="Pause: create no new runs (existing runs carry on)",
+        parameters=[NAME_PARAM],
+        request=None,
+        responses={200: ScheduleDetailSerializer, **error_responses(404)},
     )
     @action(detail=True, methods=["post"])
     def pause(self, request: Request, name: str) -> Response:
@@ -209,8 +236,11 @@ class ScheduleViewSet(ApiView, viewsets.GenericViewSet):
         return Response(ScheduleDetailSerializer(schedule).data)
 
     @extend_schema(
-        operation_id="schedules_resume", summary="Resume: the next tick applies the catch-up policy",
-        parameters=[NAME_PARAM], request=None, responses={200: ScheduleDetailSerializer, **error_responses(404)},
+        operation_id="schedules_resume",
+        summary="Resume: the next tick applies the catch-up policy",
+        parameters=[NAME_PARAM],
+        request=None,
+        responses={200: ScheduleDetailSerializer, **error_responses(404)},
     )
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, name: str) -> Response:
@@ -218,8 +248,11 @@ class ScheduleViewSet(ApiView, viewsets.GenericViewSet):
         return Response(ScheduleDetailSerializer(schedule).data)
 
     @extend_schema(
-        operation_id="schedules_trigger", summary="Create one manual run now",
-        parameters=[NAME_PARAM], request=None, responses={201: RunSerializer, **error_responses(404)},
+        operation_id="schedules_trigger",
+        summary="Create one manual run now",
+        parameters=[NAME_PARAM],
+        request=None,
+        responses={201: RunSerializer, **error_responses(404)},
     )
     @action(detail=True, methods=["post"])
     def trigger(self, request: Request, name: str) -> Response:
@@ -263,8 +296,10 @@ class RunViewSet(ApiView, viewsets.GenericViewSet):
         return Response(RunSerializer(run_service.get_run(run_id(id))).data)
 
     @extend_schema(
-        operation_id="runs_events", summary="A run's history, oldest first",
-        parameters=[ID_PARAM], responses={200: RunEventSerializer(many=True), **error_responses(400, 404)},
+        operation_id="runs_events",
+        summary="A run's history, oldest first",
+        parameters=[ID_PARAM],
+        responses={200: RunEventSerializer(many=True), **error_responses(400, 404)},
     )
     @action(detail=True, methods=["get"], pagination_class=OldestFirstPagination, filter_backends=[])
     def events(self, request: Request, id: str) -> Response:
@@ -275,7 +310,9 @@ class RunViewSet(ApiView, viewsets.GenericViewSet):
     @extend_schema(
         operation_id="runs_cancel",
         summary="Cancel: pending/retrying at once; leased/running cooperatively (cancel_requested)",
-        parameters=[ID_PARAM], request=None, responses={200: RunSerializer, **error_responses(404, 409)},
+        parameters=[ID_PARAM],
+        request=None,
+        responses={200: RunSerializer, **error_responses(404, 409)},
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, id: str) -> Response:
@@ -283,8 +320,11 @@ class RunViewSet(ApiView, viewsets.GenericViewSet):
         return Response(RunSerializer(run).data)
 
     @extend_schema(
-        operation_id="runs_requeue", summary="Requeue a dead or cancelled run with a fresh attempt budget",
-        parameters=[ID_PARAM], request=None, responses={200: RunSerializer, **error_responses(404, 409)},
+        operation_id="runs_requeue",
+        summary="Requeue a dead or cancelled run with a fresh attempt budget",
+        parameters=[ID_PARAM],
+        request=None,
+        responses={200: RunSerializer, **error_responses(404, 409)},
     )
     @action(detail=True, methods=["post"])
     def requeue(self, request: Request, id: str) -> Response:
@@ -321,7 +361,8 @@ class StatsView(ApiView, APIView):
     required_permissions = {"get": may_read("run")}
 
     @extend_schema(
-        operation_id="stats", summary="Run counts by state, schedules, workers, recent failures",
+        operation_id="stats",
+        summary="Run counts by state, schedules, workers, recent failures",
         responses={200: StatsSerializer, **error_responses()},
     )
     def get(self, request: Request, *args: Any) -> Response:

@@ -68,10 +68,16 @@ def claim_runs(
                     run.max_attempts += 1
                     forgiven.append(run.pk)
                     message += "; it was prefetched and never known to start, so the attempt is not counted"
-                new_events.append(events.NewEvent(
-                    run_id=run.pk, event_type=EventType.LEASE_EXPIRED, now=now, worker_id=run.lease_owner,
-                    attempt=run.attempts, message=message,
-                ))
+                new_events.append(
+                    events.NewEvent(
+                        run_id=run.pk,
+                        event_type=EventType.LEASE_EXPIRED,
+                        now=now,
+                        worker_id=run.lease_owner,
+                        attempt=run.attempts,
+                        message=message,
+                    )
+                )
                 if run.cancel_requested or run.attempts >= run.max_attempts:
                     _finish_abandoned(run, now, new_events)
                 else:
@@ -85,15 +91,22 @@ def claim_runs(
             return []
         # Keys alone suffice: the rows read above are locked until COMMIT (see the module docstring).
         started = candidates if start_all else candidates[:1]
-        rest = candidates[len(started):]
+        rest = candidates[len(started) :]
         Run.objects.filter(pk__in=[r.pk for r in started]).update(
-            state=RunState.RUNNING, lease_owner=worker_id, lease_expires_at=expires,
-            attempts=F("attempts") + 1, started_at=now, updated_at=now,
+            state=RunState.RUNNING,
+            lease_owner=worker_id,
+            lease_expires_at=expires,
+            attempts=F("attempts") + 1,
+            started_at=now,
+            updated_at=now,
         )
         if rest:
             Run.objects.filter(pk__in=[r.pk for r in rest]).update(
-                state=RunState.LEASED, lease_owner=worker_id, lease_expires_at=expires,
-                attempts=F("attempts") + 1, updated_at=now,
+                state=RunState.LEASED,
+                lease_owner=worker_id,
+                lease_expires_at=expires,
+                attempts=F("attempts") + 1,
+                updated_at=now,
             )
         for run in candidates:
             run.state = RunState.LEASED
@@ -101,22 +114,32 @@ def claim_runs(
             run.lease_expires_at = expires
             run.attempts += 1
             run.updated_at = now
-            new_events.append(events.NewEvent(
-                run_id=run.pk, event_type=EventType.CLAIMED, now=now, worker_id=worker_id, attempt=run.attempts,
-            ))
+            new_events.append(
+                events.NewEvent(
+                    run_id=run.pk,
+                    event_type=EventType.CLAIMED,
+                    now=now,
+                    worker_id=worker_id,
+                    attempt=run.attempts,
+                )
+            )
         for run in started:
             run.state = RunState.RUNNING
             run.started_at = now
-            new_events.append(events.NewEvent(
-                run_id=run.pk, event_type=EventType.STARTED, now=now, worker_id=worker_id, attempt=run.attempts,
-            ))
+            new_events.append(
+                events.NewEvent(
+                    run_id=run.pk,
+                    event_type=EventType.STARTED,
+                    now=now,
+                    worker_id=worker_id,
+                    attempt=run.attempts,
+                )
+            )
         events.record_many(new_events)
     return candidates
 
 
-def claim_next_run(
-    *, worker_id: str, queues: Sequence[str] | None, lease_seconds: float, now: datetime
-) -> Run | None:
+def claim_next_run(*, worker_id: str, queues: Sequence[str] | None, lease_seconds: float, now: datetime) -> Run | None:
     """Claim the single oldest eligible run, or return None."""
     runs = claim_runs(worker_id=worker_id, queues=queues, lease_seconds=lease_seconds, now=now, limit=1)
     return runs[0] if runs else None
@@ -141,11 +164,14 @@ def _finish_abandoned(run: Run, now: datetime, new_events: list[events.NewEvent]
         state, kind = RunState.DEAD, EventType.MARKED_DEAD
         message = f"lease expired with no attempts left ({run.attempts}/{run.max_attempts})"
     Run.objects.filter(pk=run.pk, attempts=run.attempts, state=run.state).update(
-        state=state, finished_at=now, lease_owner="", lease_expires_at=None, updated_at=now,
+        state=state,
+        finished_at=now,
+        lease_owner="",
+        lease_expires_at=None,
+        updated_at=now,
         last_error=run.last_error or message,
     )
-    new_events.append(events.NewEvent(run_id=run.pk, event_type=kind, now=now, attempt=run.attempts,
-                                      message=message))
+    new_events.append(events.NewEvent(run_id=run.pk, event_type=kind, now=now, attempt=run.attempts, message=message))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,5 +188,6 @@ def next_due(*, queues: Sequence[str] | None) -> NextDue:
     schedules = Schedule.objects.filter(paused=False, next_run_at__isnull=False)
     if queues:
         schedules = schedules.filter(queue__in=queues)
-    return NextDue(run=runs.aggregate(at=Min("available_at"))["at"],
-                   schedule=schedules.aggregate(at=Min("next_run_at"))["at"])
+    return NextDue(
+        run=runs.aggregate(at=Min("available_at"))["at"], schedule=schedules.aggregate(at=Min("next_run_at"))["at"]
+    )

@@ -81,8 +81,9 @@ def prune_runs(
         total_events += deleted_events
     with transaction.atomic():
         workers, _ = old_workers.delete()
-    return PruneResult(runs=total_runs, events=total_events, workers=workers, cutoff=cutoff, dry_run=False,
-                       batches=batches)
+    return PruneResult(
+        runs=total_runs, events=total_events, workers=workers, cutoff=cutoff, dry_run=False, batches=batches
+    )
 
 
 def _prune_batch(cutoff: datetime, batch_size: int, after_id: int) -> tuple[int, int, int | None]:

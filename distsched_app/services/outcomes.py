@@ -66,43 +66,92 @@ def record_failure(
             return None
         full_error = truncate_error(f"{error}\n\n{traceback_text}".strip())
         changes: dict[str, object] = {
-            "last_error": full_error, "lease_owner": "", "lease_expires_at": None, "updated_at": now,
+            "last_error": full_error,
+            "lease_owner": "",
+            "lease_expires_at": None,
+            "updated_at": now,
         }
         new: list[events.NewEvent] = []
         if started_at is not None:
             changes["started_at"] = started_at
         if record_started:
-            new.append(events.NewEvent(run_id=run_id, event_type=EventType.STARTED, now=started_at or now,
-                                       worker_id=worker_id, attempt=attempt))
+            new.append(
+                events.NewEvent(
+                    run_id=run_id,
+                    event_type=EventType.STARTED,
+                    now=started_at or now,
+                    worker_id=worker_id,
+                    attempt=attempt,
+                )
+            )
         if cancelled or run.cancel_requested:
             changes.update(state=RunState.CANCELLED, finished_at=now)
             if not cancelled:
-                new.append(events.NewEvent(run_id=run_id, event_type=EventType.FAILED, now=now,
-                                           worker_id=worker_id, attempt=attempt, message=error))
-            new.append(events.NewEvent(run_id=run_id, event_type=EventType.CANCELLED, now=now,
-                                       worker_id=worker_id, attempt=attempt,
-                                       message=error if cancelled else "cancel requested"))
+                new.append(
+                    events.NewEvent(
+                        run_id=run_id,
+                        event_type=EventType.FAILED,
+                        now=now,
+                        worker_id=worker_id,
+                        attempt=attempt,
+                        message=error,
+                    )
+                )
+            new.append(
+                events.NewEvent(
+                    run_id=run_id,
+                    event_type=EventType.CANCELLED,
+                    now=now,
+                    worker_id=worker_id,
+                    attempt=attempt,
+                    message=error if cancelled else "cancel requested",
+                )
+            )
         else:
-            new.append(events.NewEvent(run_id=run_id, event_type=EventType.FAILED, now=now,
-                                       worker_id=worker_id, attempt=attempt, message=error))
+            new.append(
+                events.NewEvent(
+                    run_id=run_id,
+                    event_type=EventType.FAILED,
+                    now=now,
+                    worker_id=worker_id,
+                    attempt=attempt,
+                    message=error,
+                )
+            )
             if run.attempts < run.max_attempts:
                 schedule = run.schedule
-                delay = retry_delay(run.attempts, base=schedule.retry_base_seconds,
-                                    cap=schedule.retry_max_seconds, jitter=schedule.retry_jitter, rand=rand)
+                delay = retry_delay(
+                    run.attempts,
+                    base=schedule.retry_base_seconds,
+                    cap=schedule.retry_max_seconds,
+                    jitter=schedule.retry_jitter,
+                    rand=rand,
+                )
                 available = now + timedelta(seconds=delay)
                 changes.update(state=RunState.RETRYING, available_at=available)
-                new.append(events.NewEvent(
-                    run_id=run_id, event_type=EventType.RETRY_SCHEDULED, now=now, worker_id=worker_id,
-                    attempt=attempt,
-                    message=f"attempt {run.attempts}/{run.max_attempts} failed; retry in {delay:.1f}s "
-                            f"at {iso_utc(available)}",
-                ))
+                new.append(
+                    events.NewEvent(
+                        run_id=run_id,
+                        event_type=EventType.RETRY_SCHEDULED,
+                        now=now,
+                        worker_id=worker_id,
+                        attempt=attempt,
+                        message=f"attempt {run.attempts}/{run.max_attempts} failed; retry in {delay:.1f}s "
+                        f"at {iso_utc(available)}",
+                    )
+                )
             else:
                 changes.update(state=RunState.DEAD, finished_at=now)
-                new.append(events.NewEvent(
-                    run_id=run_id, event_type=EventType.MARKED_DEAD, now=now, worker_id=worker_id,
-                    attempt=attempt, message=f"no attempts left ({run.attempts}/{run.max_attempts})",
-                ))
+                new.append(
+                    events.NewEvent(
+                        run_id=run_id,
+                        event_type=EventType.MARKED_DEAD,
+                        now=now,
+                        worker_id=worker_id,
+                        attempt=attempt,
+                        message=f"no attempts left ({run.attempts}/{run.max_attempts})",
+                    )
+                )
         _fenced(run_id, worker_id, attempt).update(**changes)
         events.record_many(new)
         return str(changes["state"])
@@ -111,7 +160,11 @@ def record_failure(
 def _lease_lost(run_id: int, worker_id: str, attempt: int, now: datetime, outcome: str) -> None:
     if Run.objects.filter(pk=run_id).exists():
         events.record(
-            run_id, EventType.LEASE_LOST, now=now, worker_id=worker_id, attempt=attempt,
+            run_id,
+            EventType.LEASE_LOST,
+            now=now,
+            worker_id=worker_id,
+            attempt=attempt,
             message=f"attempt {attempt} by {worker_id} no longer holds the lease; outcome {outcome!r} discarded",
         )
 
@@ -150,27 +203,48 @@ def record_successes(*, worker_id: str, successes: list[Success], now: datetime)
     with transaction.atomic():
         # Rows are locked (PostgreSQL) or the write lock is held (SQLite
         # IMMEDIATE): nobody can take them over between this check and the update.
-        held = _held_ids(worker_id, {s.run_id: s.attempt for s in successes}, lock=True,
-                         extra=("cancel_requested",))
+        held = _held_ids(worker_id, {s.run_id: s.attempt for s in successes}, lock=True, extra=("cancel_requested",))
         ok = [by_id[run_id] for run_id in held]
         if ok:
             _mark_succeeded(ok, worker_id, now, results)
         new: list[events.NewEvent] = []
         for s in ok:
             if s.record_started:
-                new.append(events.NewEvent(run_id=s.run_id, event_type=EventType.STARTED, now=s.started_at,
-                                           worker_id=worker_id, attempt=s.attempt))
+                new.append(
+                    events.NewEvent(
+                        run_id=s.run_id,
+                        event_type=EventType.STARTED,
+                        now=s.started_at,
+                        worker_id=worker_id,
+                        attempt=s.attempt,
+                    )
+                )
             note = s.note or ("returned normally after a cancel request" if held[s.run_id][0] else "")
-            new.append(events.NewEvent(run_id=s.run_id, event_type=EventType.SUCCEEDED, now=s.finished_at,
-                                       worker_id=worker_id, attempt=s.attempt, message=note))
+            new.append(
+                events.NewEvent(
+                    run_id=s.run_id,
+                    event_type=EventType.SUCCEEDED,
+                    now=s.finished_at,
+                    worker_id=worker_id,
+                    attempt=s.attempt,
+                    message=note,
+                )
+            )
         lost = set(by_id) - set(held)
         existing = set(Run.objects.filter(pk__in=lost).values_list("id", flat=True)) if lost else set()
         for run_id in sorted(existing):
             attempt = by_id[run_id].attempt
-            new.append(events.NewEvent(
-                run_id=run_id, event_type=EventType.LEASE_LOST, now=now, worker_id=worker_id, attempt=attempt,
-                message=f"attempt {attempt} by {worker_id} no longer holds the lease; outcome 'succeeded' discarded",
-            ))
+            new.append(
+                events.NewEvent(
+                    run_id=run_id,
+                    event_type=EventType.LEASE_LOST,
+                    now=now,
+                    worker_id=worker_id,
+                    attempt=attempt,
+                    message=f"attempt {attempt} by {worker_id} no longer holds the lease; "
+                    "outcome 'succeeded' discarded",
+                )
+            )
         events.record_many(new)
     return lost
 
@@ -191,8 +265,10 @@ def _mark_succeeded(items: list[Success], worker_id: str, now: datetime, results
         for s in items:
             params += [s.run_id, ops.adapt_datetimefield_value(getattr(s, column))]
     placeholders = ", ".join(["%s"] * len(ids))
-    sql = (f"UPDATE {table} SET state = %s, lease_owner = '', lease_expires_at = NULL, updated_at = %s, "
-           f"{', '.join(cases)} WHERE id IN ({placeholders}) AND lease_owner = %s")
+    sql = (
+        f"UPDATE {table} SET state = %s, lease_owner = '', lease_expires_at = NULL, updated_at = %s, "
+        f"{', '.join(cases)} WHERE id IN ({placeholders}) AND lease_owner = %s"
+    )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, *ids, worker_id])
     for s in items:
@@ -215,15 +291,19 @@ def renew_leases(*, worker_id: str, held: dict[int, int], now: datetime, lease_s
         still = _held_ids(worker_id, held, lock=True, extra=("cancel_requested",))
         if still:
             Run.objects.filter(pk__in=list(still), lease_owner=worker_id).update(
-                lease_expires_at=expires, updated_at=now)
+                lease_expires_at=expires, updated_at=now
+            )
     return Renewal(held=set(still), cancel_requested={r for r, (c,) in still.items() if c})
 
 
 def mark_running(*, run_id: int, worker_id: str, attempt: int, started_at: datetime, now: datetime) -> bool:
     """A prefetched (``leased``) run has been executing for a while: show it as running."""
     with transaction.atomic():
-        updated = _fenced(run_id, worker_id, attempt).filter(state=RunState.LEASED).update(
-            state=RunState.RUNNING, started_at=started_at, updated_at=now)
+        updated = (
+            _fenced(run_id, worker_id, attempt)
+            .filter(state=RunState.LEASED)
+            .update(state=RunState.RUNNING, started_at=started_at, updated_at=now)
+        )
         if updated:
             events.record(run_id, EventType.STARTED, now=started_at, worker_id=worker_id, attempt=attempt)
     return bool(updated)
@@ -238,16 +318,30 @@ def release_runs(*, worker_id: str, held: dict[int, int], now: datetime) -> int:
     if not held:
         return 0
     with transaction.atomic():
-        ids = [r for r, (state,) in _held_ids(worker_id, held, lock=True, extra=("state",)).items()
-               if state == RunState.LEASED]
+        ids = [
+            r
+            for r, (state,) in _held_ids(worker_id, held, lock=True, extra=("state",)).items()
+            if state == RunState.LEASED
+        ]
         if not ids:
             return 0
         Run.objects.filter(pk__in=ids, lease_owner=worker_id, state=RunState.LEASED).update(
-            state=RunState.PENDING, lease_owner="", lease_expires_at=None, available_at=now,
-            attempts=F("attempts") - 1, updated_at=now)
+            state=RunState.PENDING,
+            lease_owner="",
+            lease_expires_at=None,
+            available_at=now,
+            attempts=F("attempts") - 1,
+            updated_at=now,
+        )
         events.record_many(
-            events.NewEvent(run_id=run_id, event_type=EventType.RELEASED, now=now, worker_id=worker_id,
-                            attempt=held[run_id] - 1, message=f"returned unstarted by {worker_id}")
+            events.NewEvent(
+                run_id=run_id,
+                event_type=EventType.RELEASED,
+                now=now,
+                worker_id=worker_id,
+                attempt=held[run_id] - 1,
+                message=f"returned unstarted by {worker_id}",
+            )
             for run_id in ids
         )
     return len(ids)
@@ -260,9 +354,13 @@ def note_unrecorded(*, worker_id: str, held: dict[int, int], outcome: str, error
     with transaction.atomic():
         events.record_many(
             events.NewEvent(
-                run_id=run_id, event_type=EventType.RECORD_FAILED, now=now, worker_id=worker_id, attempt=held[run_id],
+                run_id=run_id,
+                event_type=EventType.RECORD_FAILED,
+                now=now,
+                worker_id=worker_id,
+                attempt=held[run_id],
                 message=f"attempt {held[run_id]} ended {outcome}, but the outcome could not be recorded ({error}); "
-                        "the lease will expire and the run be executed again",
+                "the lease will expire and the run be executed again",
             )
             for run_id in sorted(existing)
         )

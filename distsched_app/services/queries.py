@@ -32,9 +32,12 @@ def run_events(run_id: int) -> QuerySet[RunEvent]:
 
 def last_run(schedule: Schedule) -> Run | None:
     """The schedule's most recently created run (highest id), or None."""
-    return Run.objects.filter(schedule=schedule).order_by("-id").only(
-        "id", "state", "scheduled_for", "finished_at"
-    ).first()
+    return (
+        Run.objects.filter(schedule=schedule)
+        .order_by("-id")
+        .only("id", "state", "scheduled_for", "finished_at")
+        .first()
+    )
 
 
 def workers() -> QuerySet[Worker]:

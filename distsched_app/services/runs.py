@@ -51,11 +51,13 @@ def cancel_run(run_id: int, *, now: datetime, by: str = "") -> Run:
                 run.cancel_requested = True
                 run.updated_at = now
                 run.save(update_fields=["cancel_requested", "updated_at"])
-                events.record(run, EventType.CANCEL_REQUESTED, now=now,
-                              message=f"cancel requested by {by or 'operator'}")
+                events.record(
+                    run, EventType.CANCEL_REQUESTED, now=now, message=f"cancel requested by {by or 'operator'}"
+                )
         else:
-            raise InvalidStateTransition(f"run {run.pk} is {run.state}; only pending, retrying, leased "
-                                         "or running runs can be cancelled")
+            raise InvalidStateTransition(
+                f"run {run.pk} is {run.state}; only pending, retrying, leased or running runs can be cancelled"
+            )
     return run
 
 
@@ -74,9 +76,22 @@ def requeue_run(run_id: int, *, now: datetime, by: str = "") -> Run:
         run.lease_owner = ""
         run.lease_expires_at = None
         run.updated_at = now
-        run.save(update_fields=["state", "available_at", "max_attempts", "cancel_requested", "finished_at",
-                                "lease_owner", "lease_expires_at", "updated_at"])
-        events.record(run, EventType.REQUEUED, now=now,
-                      message=f"requeued by {by or 'operator'}; "
-                              f"up to {run.max_attempts - run.attempts} more attempt(s)")
+        run.save(
+            update_fields=[
+                "state",
+                "available_at",
+                "max_attempts",
+                "cancel_requested",
+                "finished_at",
+                "lease_owner",
+                "lease_expires_at",
+                "updated_at",
+            ]
+        )
+        events.record(
+            run,
+            EventType.REQUEUED,
+            now=now,
+            message=f"requeued by {by or 'operator'}; up to {run.max_attempts - run.attempts} more attempt(s)",
+        )
     return run

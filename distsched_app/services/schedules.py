@@ -17,9 +17,23 @@ from .validation import validate_name, validate_schedule_fields
 RECURRENCE_FIELDS = frozenset({"kind", "interval_seconds", "cron", "timezone", "run_at", "start_at"})
 UPDATABLE_FIELDS = frozenset(
     {
-        "task_name", "args", "kwargs", "kind", "interval_seconds", "cron", "timezone", "run_at",
-        "start_at", "paused", "max_attempts", "retry_base_seconds", "retry_max_seconds",
-        "retry_jitter", "catch_up", "overlap", "queue",
+        "task_name",
+        "args",
+        "kwargs",
+        "kind",
+        "interval_seconds",
+        "cron",
+        "timezone",
+        "run_at",
+        "start_at",
+        "paused",
+        "max_attempts",
+        "retry_base_seconds",
+        "retry_max_seconds",
+        "retry_jitter",
+        "catch_up",
+        "overlap",
+        "queue",
     }
 )
 
@@ -134,8 +148,9 @@ def delete_schedule(name: str) -> None:
         RunEvent.objects.filter(run__schedule_id=schedule.pk).delete()
         Worker.objects.filter(current_run__schedule_id=schedule.pk).update(current_run=None)
         with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {connection.ops.quote_name(Run._meta.db_table)} WHERE schedule_id = %s",
-                           [schedule.pk])
+            cursor.execute(
+                f"DELETE FROM {connection.ops.quote_name(Run._meta.db_table)} WHERE schedule_id = %s", [schedule.pk]
+            )
         schedule.delete()
 
 

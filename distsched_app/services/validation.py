@@ -113,12 +113,12 @@ def parse_datetime(value: Any, *, field: str) -> datetime | None:
     return value
 
 
-def bounded_int(
-    value: Any, *, field: str, low: int, high: int, error: type[ValidationError] = ValidationError
-) -> int:
+def bounded_int(value: Any, *, field: str, low: int, high: int, error: type[ValidationError] = ValidationError) -> int:
     """A whole number in ``[low, high]`` (an integral float is accepted), else ``error``."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or (
-        isinstance(value, float) and not value.is_integer()
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not value.is_integer())
     ):
         raise error(f"{field} must be a whole number", field=field)
     value = int(value)
@@ -127,9 +127,7 @@ def bounded_int(
     return value
 
 
-def bounded_float(
-    value: Any, *, field: str, low: float, high: float, low_open: bool = False
-) -> float:
+def bounded_float(value: Any, *, field: str, low: float, high: float, low_open: bool = False) -> float:
     """A finite number in ``[low, high]`` (``(low, high]`` with ``low_open``), else ``ValidationError``.
 
     Huge integers are refused here rather than raising ``OverflowError`` when converted.
@@ -192,9 +190,7 @@ def validate_schedule_fields(data: dict[str, Any], *, now: datetime, check_run_a
     given = [k for k, v in (("interval", interval), ("cron", cron), ("once", run_at)) if v not in (None, "")]
     kind = data.get("kind") or (given[0] if len(given) == 1 else None)
     if len(given) != 1 or kind not in ScheduleKind.values or given[0] != kind:
-        raise InvalidScheduleSpec(
-            "give exactly one of interval_seconds (interval), cron (cron) or run_at (once)"
-        )
+        raise InvalidScheduleSpec("give exactly one of interval_seconds (interval), cron (cron) or run_at (once)")
     out["kind"] = kind
     out["interval_seconds"] = None
     out["cron"] = ""
@@ -218,8 +214,7 @@ def validate_schedule_fields(data: dict[str, Any], *, now: datetime, check_run_a
     get_zone(tz)
     if kind != ScheduleKind.CRON and tz != "UTC":
         # Interval and once schedules are UTC arithmetic: a zone would be silently ignored.
-        raise ValidationError(f"timezone applies to cron schedules only, not to {kind} schedules",
-                              field="timezone")
+        raise ValidationError(f"timezone applies to cron schedules only, not to {kind} schedules", field="timezone")
     out["timezone"] = tz
     start_at = parse_datetime(data.get("start_at"), field="start_at")
     if start_at is not None and kind == ScheduleKind.ONCE:
@@ -229,7 +224,9 @@ def validate_schedule_fields(data: dict[str, Any], *, now: datetime, check_run_a
     max_attempts = data.get("max_attempts")
     out["max_attempts"] = bounded_int(
         conf.MAX_ATTEMPTS if max_attempts is None else max_attempts,
-        field="max_attempts", low=1, high=MAX_ATTEMPTS_LIMIT,
+        field="max_attempts",
+        low=1,
+        high=MAX_ATTEMPTS_LIMIT,
     )
     base = data.get("retry_base_seconds")
     out["retry_base_seconds"] = bounded_float(

@@ -18,17 +18,21 @@ from ..text import storable
 HOSTNAME_MAX = 255
 
 
-def register_worker(
-    *, worker_id: str, hostname: str, pid: int, queues: Sequence[str], now: datetime
-) -> Worker:
+def register_worker(*, worker_id: str, hostname: str, pid: int, queues: Sequence[str], now: datetime) -> Worker:
     """Upsert the worker row at start (a restarted worker reuses its id)."""
     with transaction.atomic():
         worker, _ = Worker.objects.update_or_create(
             worker_id=worker_id,
             defaults={
-                "hostname": storable(hostname, HOSTNAME_MAX), "pid": pid, "queues": list(queues), "started_at": now,
-                "heartbeat_at": now, "status": WorkerStatus.ACTIVE, "current_run": None,
-                "clock_skew_seconds": None, "runs_executed": 0,
+                "hostname": storable(hostname, HOSTNAME_MAX),
+                "pid": pid,
+                "queues": list(queues),
+                "started_at": now,
+                "heartbeat_at": now,
+                "status": WorkerStatus.ACTIVE,
+                "current_run": None,
+                "clock_skew_seconds": None,
+                "runs_executed": 0,
             },
         )
     return worker

@@ -120,11 +120,22 @@ class Worker:
     # -- lifecycle ------------------------------------------------------------------
 
     def register(self) -> None:
-        workers.register_worker(worker_id=self.worker_id, hostname=socket.gethostname(), pid=os.getpid(),
-                                queues=self.queues, now=self.clock.now())
+        workers.register_worker(
+            worker_id=self.worker_id,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            queues=self.queues,
+            now=self.clock.now(),
+        )
         self.registered = True
-        self.log(logging.INFO, "worker started", queues=",".join(self.queues), lease=self.lease_seconds,
-                 prefetch=self.prefetch, concurrency=self.concurrency)
+        self.log(
+            logging.INFO,
+            "worker started",
+            queues=",".join(self.queues),
+            lease=self.lease_seconds,
+            prefetch=self.prefetch,
+            concurrency=self.concurrency,
+        )
         skew = self.check_clock_skew()
         if skew is not None:
             workers.heartbeat(worker_id=self.worker_id, now=self.clock.now(), clock_skew_seconds=skew)
@@ -135,8 +146,12 @@ class Worker:
             return None  # an injected clock is the test's business
         skew = workers.measure_clock_skew()
         if skew is not None and abs(skew) > conf.MAX_CLOCK_SKEW_SECONDS:
-            self.log(logging.WARNING, "clock skew with the database exceeds MAX_CLOCK_SKEW_SECONDS",
-                     skew_seconds=f"{skew:.3f}", limit=conf.MAX_CLOCK_SKEW_SECONDS)
+            self.log(
+                logging.WARNING,
+                "clock skew with the database exceeds MAX_CLOCK_SKEW_SECONDS",
+                skew_seconds=f"{skew:.3f}",
+                limit=conf.MAX_CLOCK_SKEW_SECONDS,
+            )
         return skew
 
     def heartbeat(self) -> None:

@@ -45,8 +45,11 @@ class Heartbeat:
         held = w.held.leases()
         executing = w.held.executing()
         alive = workers.heartbeat(
-            worker_id=w.worker_id, now=now, status=WorkerStatus.STOPPING if w.stopping else None,
-            current_run_id=executing[0].run_id if executing else None, runs_executed=w.executed,
+            worker_id=w.worker_id,
+            now=now,
+            status=WorkerStatus.STOPPING if w.stopping else None,
+            current_run_id=executing[0].run_id if executing else None,
+            runs_executed=w.executed,
             clock_skew_seconds=w.check_clock_skew(),
         )
         if not alive:
@@ -56,8 +59,12 @@ class Heartbeat:
         try:
             renewal = outcomes.renew_leases(worker_id=w.worker_id, held=held, now=now, lease_seconds=w.lease_seconds)
         except Exception as exc:  # noqa: BLE001 - the next heartbeat tries again; expiry is the backstop
-            w.log(logging.WARNING, "could not renew leases", run_id=",".join(map(str, sorted(held))),
-                  error=describe_exception(exc))
+            w.log(
+                logging.WARNING,
+                "could not renew leases",
+                run_id=",".join(map(str, sorted(held))),
+                error=describe_exception(exc),
+            )
             if is_transient(exc):
                 reset_connection()
             return
@@ -68,11 +75,20 @@ class Heartbeat:
             if attempt.started_recorded or attempt.started_at is None:
                 continue
             try:
-                marked = outcomes.mark_running(run_id=attempt.run_id, worker_id=w.worker_id, attempt=attempt.number,
-                                               started_at=attempt.started_at, now=now)
+                marked = outcomes.mark_running(
+                    run_id=attempt.run_id,
+                    worker_id=w.worker_id,
+                    attempt=attempt.number,
+                    started_at=attempt.started_at,
+                    now=now,
+                )
             except Exception as exc:  # noqa: BLE001 - the success or failure records the start anyway
-                w.log(logging.WARNING, "could not mark run as running", run_id=attempt.run_id,
-                      error=describe_exception(exc))
+                w.log(
+                    logging.WARNING,
+                    "could not mark run as running",
+                    run_id=attempt.run_id,
+                    error=describe_exception(exc),
+                )
                 marked = False
             if marked:
                 attempt.started_recorded = True
@@ -84,8 +100,7 @@ class Heartbeat:
             yield
             return
         self._stop.clear()
-        thread = threading.Thread(target=self._loop, name=f"distsched-heartbeat-{self.worker.worker_id}",
-                                  daemon=True)
+        thread = threading.Thread(target=self._loop, name=f"distsched-heartbeat-{self.worker.worker_id}", daemon=True)
         self._thread = thread
         thread.start()
         try:

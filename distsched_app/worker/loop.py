@@ -80,9 +80,12 @@ class Loop:
                 self.serve(max_runs=max_runs, burst=burst)
         finally:
             w.recorder.flush()
-            self._retry_db(lambda: workers.set_status(
-                worker_id=w.worker_id, status=WorkerStatus.STOPPED, now=w.clock.now(), runs_executed=w.executed),
-                attempts=3)
+            self._retry_db(
+                lambda: workers.set_status(
+                    worker_id=w.worker_id, status=WorkerStatus.STOPPED, now=w.clock.now(), runs_executed=w.executed
+                ),
+                attempts=3,
+            )
             w.log(logging.INFO, "worker stopped", executed=w.executed - before)
             if restore:
                 restore()
@@ -144,8 +147,13 @@ class Loop:
         run = attempt.run
         cancelled_before = w.held.start(attempt.run_id)
         context = RunContext(
-            run_id=run.pk, schedule_id=run.schedule_id, schedule_name=run.schedule.name, worker_id=w.worker_id,
-            scheduled_for=run.scheduled_for, attempt=run.attempts, idempotency_key=run.idempotency_key,
+            run_id=run.pk,
+            schedule_id=run.schedule_id,
+            schedule_name=run.schedule.name,
+            worker_id=w.worker_id,
+            scheduled_for=run.scheduled_for,
+            attempt=run.attempts,
+            idempotency_key=run.idempotency_key,
             _cancel_probe=self._cancel_probe(run.pk),
         )
         call_task(attempt, registry=w.registry, context=context, clock=w.clock, cancelled_before_start=cancelled_before)
@@ -160,8 +168,13 @@ class Loop:
         w = self.worker
         check_expired = force_expired or time.monotonic() >= self.next_expired_check
         runs = claiming.claim_runs(
-            worker_id=w.worker_id, queues=w.queues, lease_seconds=w.lease_seconds, now=w.clock.now(), limit=limit,
-            include_expired=check_expired, start_all=start_all,
+            worker_id=w.worker_id,
+            queues=w.queues,
+            lease_seconds=w.lease_seconds,
+            now=w.clock.now(),
+            limit=limit,
+            include_expired=check_expired,
+            start_all=start_all,
         )
         if check_expired:
             self.next_expired_check = time.monotonic() + EXPIRED_CHECK_SECONDS
@@ -177,8 +190,12 @@ class Loop:
             runs = self.claim(limit, start_all=start_all)
         except Exception as exc:  # noqa: BLE001 - logged and retried with backoff; never stops the worker
             delay = backoff.next_delay()
-            w.log(logging.WARNING if is_transient(exc) else logging.ERROR, "error in worker loop; backing off",
-                  error=describe_exception(exc), retry_in=f"{delay:.1f}")
+            w.log(
+                logging.WARNING if is_transient(exc) else logging.ERROR,
+                "error in worker loop; backing off",
+                error=describe_exception(exc),
+                retry_in=f"{delay:.1f}",
+            )
             reset_connection()
             w.wait(delay)
             return None
@@ -248,18 +265,29 @@ class Loop:
         w = self.worker
 
         def on_retry(exc: BaseException, delay: float) -> None:
-            w.log(logging.WARNING, "database unavailable; retrying", error=describe_exception(exc),
-                  retry_in=f"{delay:.1f}")
+            w.log(
+                logging.WARNING,
+                "database unavailable; retrying",
+                error=describe_exception(exc),
+                retry_in=f"{delay:.1f}",
+            )
 
         try:
-            retry_transient(fn, backoff=Backoff(), on_retry=on_retry,
-                            give_up=lambda tries, _: w.hard_stopped or (attempts is not None and tries >= attempts))
+            retry_transient(
+                fn,
+                backoff=Backoff(),
+                on_retry=on_retry,
+                give_up=lambda tries, _: w.hard_stopped or (attempts is not None and tries >= attempts),
+            )
         except Exception as exc:
             if attempts is None and not is_transient(exc):
                 raise  # registering at start: a worker that cannot register must not serve
             # The final status is best effort: log, and let the process exit cleanly.
-            w.log(logging.ERROR, "database unavailable" if is_transient(exc) else "could not update the worker row",
-                  error=describe_exception(exc))
+            w.log(
+                logging.ERROR,
+                "database unavailable" if is_transient(exc) else "could not update the worker row",
+                error=describe_exception(exc),
+            )
 
 
 class _InlineSlots:

@@ -55,9 +55,16 @@ class Recorder:
             with self.lock:
                 try:
                     state = self.call(
-                        outcomes.record_failure, runs={attempt.run_id: attempt.number}, outcome="failed",
-                        run_id=attempt.run_id, worker_id=w.worker_id, attempt=attempt.number, error=attempt.error,
-                        traceback_text=attempt.tb, cancelled=attempt.cancelled, started_at=attempt.started_at,
+                        outcomes.record_failure,
+                        runs={attempt.run_id: attempt.number},
+                        outcome="failed",
+                        run_id=attempt.run_id,
+                        worker_id=w.worker_id,
+                        attempt=attempt.number,
+                        error=attempt.error,
+                        traceback_text=attempt.tb,
+                        cancelled=attempt.cancelled,
+                        started_at=attempt.started_at,
                         record_started=not attempt.started_recorded,
                     )
                     label = state or "lease_lost"
@@ -65,8 +72,13 @@ class Recorder:
                     state, label = None, "unrecorded"
                 w.held.release(attempt.run_id)
             self._log_finished(attempt, state, label)
-            return Execution(run_id=attempt.run_id, attempt=attempt.number, state=state, duration=attempt.duration,
-                             error=attempt.error)
+            return Execution(
+                run_id=attempt.run_id,
+                attempt=attempt.number,
+                state=state,
+                duration=attempt.duration,
+                error=attempt.error,
+            )
         with self._buffer_lock:
             if not self._pending:
                 self._first_pending_at = time.monotonic()
@@ -94,8 +106,12 @@ class Recorder:
         cancelled = w.held.cancelled()
         successes = [
             outcomes.Success(
-                run_id=a.run_id, attempt=a.number, started_at=a.started_at, finished_at=a.finished_at,
-                result=a.result, record_started=not a.started_recorded,
+                run_id=a.run_id,
+                attempt=a.number,
+                started_at=a.started_at,
+                finished_at=a.finished_at,
+                result=a.result,
+                record_started=not a.started_recorded,
                 note="returned normally after a cancel request" if a.run_id in cancelled else "",
             )
             for a in pending
@@ -128,16 +144,27 @@ class Recorder:
         held = {s.run_id: s.attempt for s in successes}
         w = self.worker
         try:
-            return self.call(outcomes.record_successes, runs=held, outcome="succeeded", worker_id=w.worker_id,
-                             successes=successes, note_failure=len(successes) == 1)
+            return self.call(
+                outcomes.record_successes,
+                runs=held,
+                outcome="succeeded",
+                worker_id=w.worker_id,
+                successes=successes,
+                note_failure=len(successes) == 1,
+            )
         except NotRecorded as exc:
             if exc.transient or len(successes) == 1:
                 raise
         lost: set[int] = set()
         for success in successes:
             try:
-                lost |= self.call(outcomes.record_successes, runs={success.run_id: success.attempt},
-                                  outcome="succeeded", worker_id=w.worker_id, successes=[success])
+                lost |= self.call(
+                    outcomes.record_successes,
+                    runs={success.run_id: success.attempt},
+                    outcome="succeeded",
+                    worker_id=w.worker_id,
+                    successes=[success],
+                )
             except NotRecorded:
                 lost.add(success.run_id)
         return lost
@@ -149,8 +176,14 @@ class Recorder:
             return
         with self.lock:
             try:
-                self.call(outcomes.release_runs, runs=held, outcome="released", note_failure=False,
-                          worker_id=self.worker.worker_id, held=held)
+                self.call(
+                    outcomes.release_runs,
+                    runs=held,
+                    outcome="released",
+                    note_failure=False,
+                    worker_id=self.worker.worker_id,
+                    held=held,
+                )
             except NotRecorded:
                 pass  # still leased to us: lease expiry hands them to another worker
             for run_id in held:
@@ -165,22 +198,40 @@ class Recorder:
         deadline = max(2 * w.lease_seconds, 10.0)
 
         def on_retry(exc: BaseException, delay: float) -> None:
-            w.log(logging.WARNING, "database error while recording; retrying", run_id=run_ids, outcome=outcome,
-                  error=describe_exception(exc), retry_in=f"{delay:.1f}")
+            w.log(
+                logging.WARNING,
+                "database error while recording; retrying",
+                run_id=run_ids,
+                outcome=outcome,
+                error=describe_exception(exc),
+                retry_in=f"{delay:.1f}",
+            )
 
         try:
             return retry_transient(
-                lambda: fn(now=w.clock.now(), **kwargs), backoff=Backoff(initial=0.2, maximum=5.0),
-                give_up=lambda tries, elapsed: w.hard_stopped or elapsed > deadline, on_retry=on_retry,
+                lambda: fn(now=w.clock.now(), **kwargs),
+                backoff=Backoff(initial=0.2, maximum=5.0),
+                give_up=lambda tries, elapsed: w.hard_stopped or elapsed > deadline,
+                on_retry=on_retry,
             )
         except Exception as exc:  # noqa: BLE001 - an outcome we cannot record must not stop the worker
             transient = is_transient(exc)
             if transient:
-                w.log(logging.ERROR, "giving up recording outcome; lease expiry will recover the run",
-                      run_id=run_ids, outcome=outcome, error=describe_exception(exc))
+                w.log(
+                    logging.ERROR,
+                    "giving up recording outcome; lease expiry will recover the run",
+                    run_id=run_ids,
+                    outcome=outcome,
+                    error=describe_exception(exc),
+                )
             else:
-                w.log(logging.ERROR, "could not record outcome; the lease will expire and the run be retried",
-                      run_id=run_ids, outcome=outcome, error=describe_exception(exc))
+                w.log(
+                    logging.ERROR,
+                    "could not record outcome; the lease will expire and the run be retried",
+                    run_id=run_ids,
+                    outcome=outcome,
+                    error=describe_exception(exc),
+                )
                 if note_failure:
                     self._note_unrecorded(runs, outcome, exc)
             raise NotRecorded(exc, transient=transient) from None
@@ -189,16 +240,29 @@ class Recorder:
         """Best effort: tell the runs' history why they will be executed again."""
         w = self.worker
         try:
-            outcomes.note_unrecorded(worker_id=w.worker_id, held=runs, outcome=outcome,
-                                     error=describe_exception(exc), now=w.clock.now())
+            outcomes.note_unrecorded(
+                worker_id=w.worker_id, held=runs, outcome=outcome, error=describe_exception(exc), now=w.clock.now()
+            )
         except Exception as note_exc:  # noqa: BLE001 - the log line already says it
-            w.log(logging.WARNING, "could not note the unrecorded outcome in the run history",
-                  run_id=",".join(map(str, sorted(runs))), error=describe_exception(note_exc))
+            w.log(
+                logging.WARNING,
+                "could not note the unrecorded outcome in the run history",
+                run_id=",".join(map(str, sorted(runs))),
+                error=describe_exception(note_exc),
+            )
 
     def _log_finished(self, attempt: Attempt, state: str | None, label: str = "lease_lost") -> None:
         """``label`` names a run not recorded as ``state``: lease_lost or unrecorded."""
         run = attempt.run
         level = logging.INFO if state in (RunState.SUCCEEDED, RunState.CANCELLED) else logging.WARNING
-        self.worker.log(level, "run finished", run_id=run.pk, schedule=run.schedule.name, task=run.task_name,
-                        attempt=run.attempts, state=state or label, duration=f"{attempt.duration:.3f}",
-                        error=attempt.error[:200] if attempt.error else None)
+        self.worker.log(
+            level,
+            "run finished",
+            run_id=run.pk,
+            schedule=run.schedule.name,
+            task=run.task_name,
+            attempt=run.attempts,
+            state=state or label,
+            duration=f"{attempt.duration:.3f}",
+            error=attempt.error[:200] if attempt.error else None,
+        )

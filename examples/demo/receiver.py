@@ -28,8 +28,9 @@ def receive(*, delivery_key: str, fencing_token: str, payload: dict) -> WebhookR
         if receipt is not None and (receipt.run_id, receipt.attempt) > (run_id, attempt):
             raise StaleFencingToken(f"token {fencing_token} is older than {receipt.run_id}:{receipt.attempt}")
         if receipt is None:
-            return WebhookReceipt.objects.create(delivery_key=delivery_key, run_id=run_id, attempt=attempt,
-                                                 payload=payload)
+            return WebhookReceipt.objects.create(
+                delivery_key=delivery_key, run_id=run_id, attempt=attempt, payload=payload
+            )
         receipt.run_id, receipt.attempt, receipt.payload = run_id, attempt, payload
         receipt.save()
         return receipt

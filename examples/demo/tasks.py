@@ -49,8 +49,9 @@ def deliver_webhook(endpoint: str, payload: dict, context: RunContext, failures:
     and the fencing token, and rejects a token older than one it already took."""
     if context.attempt <= failures:
         raise receiver.TransientReceiverError(f"{endpoint} answered 503 (attempt {context.attempt})")
-    receipt = receiver.receive(delivery_key=context.idempotency_key, fencing_token=context.fencing_token,
-                               payload=payload)
+    receipt = receiver.receive(
+        delivery_key=context.idempotency_key, fencing_token=context.fencing_token, payload=payload
+    )
     return {"delivered": receipt.delivery_key, "token": context.fencing_token}
 
 

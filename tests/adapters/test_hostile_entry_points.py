@@ -73,9 +73,24 @@ def body_with(**fields: str) -> str:
         ({"interval_seconds": "null", "cron": '"0 R * * *"'}, "cron"),
         ({"interval_seconds": "null", "cron": '"0 0 L * ?"'}, "cron"),
     ],
-    ids=["name", "task", "kwargs-value", "kwargs-key", "args-nul", "nested-surrogate", "queue", "cron", "zone",
-         "huge-float", "huge-negative", "huge-int", "huge-interval", "zone-on-interval", "cron-random",
-         "cron-quartz"],
+    ids=[
+        "name",
+        "task",
+        "kwargs-value",
+        "kwargs-key",
+        "args-nul",
+        "nested-surrogate",
+        "queue",
+        "cron",
+        "zone",
+        "huge-float",
+        "huge-negative",
+        "huge-int",
+        "huge-interval",
+        "zone-on-interval",
+        "cron-random",
+        "cron-quartz",
+    ],
 )
 def test_rest_create_refuses_each_class_with_a_field_error(root_api, fields, field):
     response = post_json_text(root_api, "/api/schedules", body_with(**fields))
@@ -150,8 +165,12 @@ def test_distsched_command_refuses_each_class_in_one_line(args):
 @pytest.mark.parametrize(
     "args",
     [
-        ["--worker-id", f"w{SURROGATE}"], ["--worker-id", "w" * 201], ["--queues", f"default,q{SURROGATE}"],
-        ["--lease-seconds", "1e300"], ["--poll-interval", "1e300"], ["--prefetch", "9" * 30],
+        ["--worker-id", f"w{SURROGATE}"],
+        ["--worker-id", "w" * 201],
+        ["--queues", f"default,q{SURROGATE}"],
+        ["--lease-seconds", "1e300"],
+        ["--poll-interval", "1e300"],
+        ["--prefetch", "9" * 30],
         ["--concurrency", "100000"],
     ],
 )
@@ -168,11 +187,26 @@ def test_undecodable_bytes_in_a_real_process_argv_give_one_line_and_exit_1():
     for argv in (
         [b"distsched", b"schedule", b"show", b"caf\xe9"],
         [b"runworker", b"--once", b"--worker-id", b"w-\xff"],
-        [b"distsched", b"schedule", b"create", b"s", b"--task", b"tests.noop", b"--interval", b"60",
-         b"--kwargs", b'{"k": "\xff"}'],
+        [
+            b"distsched",
+            b"schedule",
+            b"create",
+            b"s",
+            b"--task",
+            b"tests.noop",
+            b"--interval",
+            b"60",
+            b"--kwargs",
+            b'{"k": "\xff"}',
+        ],
     ):
-        done = subprocess.run([sys.executable, str(ROOT / "manage.py"), *argv], cwd=ROOT, env=child_env(),
-                              capture_output=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), *argv],
+            cwd=ROOT,
+            env=child_env(),
+            capture_output=True,
+            timeout=120,
+        )
         stderr = done.stderr.decode("utf-8", "replace")
         assert done.returncode == 1, (argv, stderr)
         assert stderr.count("\n") == 1 and stderr.startswith("CommandError: "), (argv, stderr)
@@ -189,9 +223,22 @@ def staff(admin_client, clock, monkeypatch):
 
 
 def schedule_form(**overrides: str) -> dict[str, str]:
-    data = {"name": "new-one", "task_name": "tests.noop", "args": "[]", "kwargs": "{}", "interval_seconds": "60",
-            "cron": "", "timezone": "UTC", "queue": "default", "max_attempts": "3", "retry_base_seconds": "10",
-            "retry_max_seconds": "3600", "retry_jitter": "0", "catch_up": "one", "overlap": "allow"}
+    data = {
+        "name": "new-one",
+        "task_name": "tests.noop",
+        "args": "[]",
+        "kwargs": "{}",
+        "interval_seconds": "60",
+        "cron": "",
+        "timezone": "UTC",
+        "queue": "default",
+        "max_attempts": "3",
+        "retry_base_seconds": "10",
+        "retry_max_seconds": "3600",
+        "retry_jitter": "0",
+        "catch_up": "one",
+        "overlap": "allow",
+    }
     data.update(overrides)
     return data
 
@@ -241,17 +288,28 @@ def poison_rows(scheduler, make_schedule):
     workers.register_worker(worker_id="w1", hostname="h", pid=1, queues=["default"], now=T0)
     escaped = json.dumps  # ensure_ascii: the escapes are plain ASCII text in the column
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE distsched_app_schedule SET kwargs = %s, args = %s",
-                       [escaped({"k\ud800": "v\udcff"}), escaped(["\x00", "\udfff"])])
-        cursor.execute("UPDATE distsched_app_run SET kwargs = %s, args = %s, result = %s",
-                       [escaped({"k": "\udcff"}), escaped(["\ud800"]), escaped({"r": "\udcff\x00"})])
+        cursor.execute(
+            "UPDATE distsched_app_schedule SET kwargs = %s, args = %s",
+            [escaped({"k\ud800": "v\udcff"}), escaped(["\x00", "\udfff"])],
+        )
+        cursor.execute(
+            "UPDATE distsched_app_run SET kwargs = %s, args = %s, result = %s",
+            [escaped({"k": "\udcff"}), escaped(["\ud800"]), escaped({"r": "\udcff\x00"})],
+        )
         cursor.execute("UPDATE distsched_app_worker SET queues = %s", [escaped(["q\udcff"])])
     return run
 
 
 def test_poison_rows_render_in_the_api(root_api, poison_rows):
-    for url in ("/api/runs", f"/api/runs/{poison_rows.pk}", "/api/schedules", "/api/schedules/poison",
-                "/api/workers", "/api/stats", f"/api/runs/{poison_rows.pk}/events"):
+    for url in (
+        "/api/runs",
+        f"/api/runs/{poison_rows.pk}",
+        "/api/schedules",
+        "/api/schedules/poison",
+        "/api/workers",
+        "/api/stats",
+        f"/api/runs/{poison_rows.pk}/events",
+    ):
         response = root_api.get(url)
         assert response.status_code == 200, url
     run = root_api.get(f"/api/runs/{poison_rows.pk}").json()
@@ -261,20 +319,24 @@ def test_poison_rows_render_in_the_api(root_api, poison_rows):
 
 def test_poison_rows_render_in_the_admin(staff, poison_rows):
     schedule = Schedule.objects.get()
-    for url in (reverse("admin:distsched_app_run_changelist"),
-                reverse("admin:distsched_app_run_change", args=[poison_rows.pk]),
-                reverse("admin:distsched_app_schedule_changelist"),
-                reverse("admin:distsched_app_schedule_change", args=[schedule.pk]),
-                reverse("admin:distsched_app_worker_changelist"),
-                reverse("admin:distsched_app_worker_change", args=["w1"]),
-                reverse("admin:distsched_dashboard")):
+    for url in (
+        reverse("admin:distsched_app_run_changelist"),
+        reverse("admin:distsched_app_run_change", args=[poison_rows.pk]),
+        reverse("admin:distsched_app_schedule_changelist"),
+        reverse("admin:distsched_app_schedule_change", args=[schedule.pk]),
+        reverse("admin:distsched_app_worker_changelist"),
+        reverse("admin:distsched_app_worker_change", args=["w1"]),
+        reverse("admin:distsched_dashboard"),
+    ):
         response = staff.get(url)
         assert response.status_code == 200, url
     assert "\\udcff" in staff.get(reverse("admin:distsched_app_run_change", args=[poison_rows.pk])).content.decode()
 
 
-@pytest.mark.parametrize("args", [["run", "list"], ["run", "show", "RUN"], ["schedule", "show", "poison"],
-                                  ["schedule", "list"], ["worker", "list"]])
+@pytest.mark.parametrize(
+    "args",
+    [["run", "list"], ["run", "show", "RUN"], ["schedule", "show", "poison"], ["schedule", "list"], ["worker", "list"]],
+)
 @pytest.mark.parametrize("as_json", [False, True])
 def test_poison_rows_render_in_the_cli(poison_rows, clock, args, as_json):
     command = Command()

@@ -23,8 +23,14 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 SCREENSHOT = Path("/tmp/admin/dashboard.png")
 PASSWORD = "browser-test-password"
@@ -34,8 +40,7 @@ PASSWORD = "browser-test-password"
 def history(scheduler, make_schedule, clock, monkeypatch):
     """A day of activity under the fake clock, which the admin (in the live server thread) reads too."""
     make_schedule("reports", interval_seconds=1800)
-    make_schedule("flaky-sync", task_name="tests.fail", interval_seconds=3600, max_attempts=2,
-                  retry_base_seconds=60)
+    make_schedule("flaky-sync", task_name="tests.fail", interval_seconds=3600, max_attempts=2, retry_base_seconds=60)
     make_schedule("nightly", cron="0 3 * * *", timezone="Europe/Paris")
     worker = scheduler.worker(worker_id="web-1", lease_seconds=30, heartbeat_seconds=3600)
     for _ in range(48):  # 24 hours in half-hour steps
@@ -69,6 +74,7 @@ def page(monkeypatch):
             pytest.fail(f"{CHROMIUM} is not installed but DISTSCHED_REQUIRE_BROWSER is set")
         pytest.skip(f"{CHROMIUM} is not installed")
     from playwright import sync_api
+
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)

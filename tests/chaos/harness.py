@@ -138,8 +138,12 @@ class _Fleet:
         name = f"cw{self._serial}"
         c = self.config
         self.workers[name] = self._spawn(
-            name, "runworker", f"--worker-id={name}", f"--lease-seconds={c.lease:g}",
-            f"--heartbeat-seconds={c.heartbeat:g}", f"--poll-interval={c.poll:g}",
+            name,
+            "runworker",
+            f"--worker-id={name}",
+            f"--lease-seconds={c.lease:g}",
+            f"--heartbeat-seconds={c.heartbeat:g}",
+            f"--poll-interval={c.poll:g}",
         )
         return name
 
@@ -177,8 +181,9 @@ class _Fleet:
     def stop_all(self) -> list[str]:
         # A worker SIGTERMed while still importing Django dies of the default
         # handler (-15): wait until each one has registered (handlers installed).
-        wait_for(lambda: WorkerRow.objects.filter(worker_id__in=list(self.workers)).count() == len(self.workers),
-                 timeout=90)
+        wait_for(
+            lambda: WorkerRow.objects.filter(worker_id__in=list(self.workers)).count() == len(self.workers), timeout=90
+        )
         procs = {**self.workers, **self.tickers}
         for p in procs.values():
             if p.poll() is None:
@@ -200,8 +205,12 @@ class _Fleet:
 def _create_schedules(config: ChaosConfig, rng: random.Random, start) -> None:
     """Once schedules spread over the window; some sleep, some fail their first attempts."""
     now = system_clock.now()
-    common = {"task_name": "tests.record", "max_attempts": config.max_attempts,
-              "retry_base_seconds": 0.1, "retry_max_seconds": 0.5}
+    common = {
+        "task_name": "tests.record",
+        "max_attempts": config.max_attempts,
+        "retry_base_seconds": 0.1,
+        "retry_max_seconds": 0.5,
+    }
     for i in range(config.runs):
         roll = rng.random()
         kwargs: dict = {}
@@ -215,21 +224,23 @@ def _create_schedules(config: ChaosConfig, rng: random.Random, start) -> None:
         elif fail < 0.2:
             kwargs["fail_attempts"] = 2
         run_at = start + timedelta(seconds=config.window * i / max(config.runs, 1))
-        schedule_service.create_schedule(name=f"{PREFIX}once-{i}", run_at=run_at, kwargs=kwargs, now=now,
-                                         **common)
+        schedule_service.create_schedule(name=f"{PREFIX}once-{i}", run_at=run_at, kwargs=kwargs, now=now, **common)
     for i in range(config.interval_schedules):
         schedule_service.create_schedule(
-            name=f"{PREFIX}every-{i}", interval_seconds=1, start_at=start, catch_up="all",
-            kwargs={"sleep": 0.05, "fail_attempts": 1 if i == 0 else 0}, now=now, **common,
+            name=f"{PREFIX}every-{i}",
+            interval_seconds=1,
+            start_at=start,
+            catch_up="all",
+            kwargs={"sleep": 0.05, "fail_attempts": 1 if i == 0 else 0},
+            now=now,
+            **common,
         )
 
 
 def _pending_work() -> int:
     """Runs not yet terminal plus once schedules not yet generated."""
     runs = Run.objects.filter(schedule__name__startswith=PREFIX).exclude(state__in=TERMINAL_STATES).count()
-    ungenerated = Schedule.objects.filter(
-        name__startswith=f"{PREFIX}once-", next_run_at__isnull=False
-    ).count()
+    ungenerated = Schedule.objects.filter(name__startswith=f"{PREFIX}once-", next_run_at__isnull=False).count()
     return runs + ungenerated
 
 
@@ -289,8 +300,9 @@ def run_chaos(config: ChaosConfig, log_dir: Path, say: Callable[[str], None] = l
 def _check(result: ChaosResult, killed: set[str]) -> None:
     problems = result.problems
     runs = list(
-        Run.objects.filter(schedule__name__startswith=PREFIX)
-        .values("id", "schedule_id", "schedule__name", "scheduled_for", "state", "attempts")
+        Run.objects.filter(schedule__name__startswith=PREFIX).values(
+            "id", "schedule_id", "schedule__name", "scheduled_for", "state", "attempts"
+        )
     )
     run_ids = {r["id"] for r in runs}
     result.runs = len(runs)
@@ -339,7 +351,8 @@ def _check(result: ChaosResult, killed: set[str]) -> None:
 
     events: dict[int, list[tuple[str, str, int]]] = defaultdict(list)
     for run_id, kind, worker_id, attempt in (
-        RunEvent.objects.filter(run_id__in=run_ids).order_by("id")
+        RunEvent.objects.filter(run_id__in=run_ids)
+        .order_by("id")
         .values_list("run_id", "event_type", "worker_id", "attempt")
     ):
         events[run_id].append((kind, worker_id, attempt))

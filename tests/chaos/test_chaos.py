@@ -14,8 +14,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_killing_workers_at_random_loses_nothing(tmp_path, capsys):
-    result = run_chaos(ChaosConfig(runs=240, interval_schedules=3, window=15, workers=3, tickers=2),
-                       log_dir=tmp_path, say=print)
+    result = run_chaos(
+        ChaosConfig(runs=240, interval_schedules=3, window=15, workers=3, tickers=2), log_dir=tmp_path, say=print
+    )
     line = result.summary()
     print(line)
     with capsys.disabled():  # the summary shows in CI output even without -s

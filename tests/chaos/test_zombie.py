@@ -25,8 +25,7 @@ def test_frozen_worker_resumes_as_a_zombie_and_its_late_success_is_discarded(sch
         rescuer = manage("runworker", "--worker-id=rescuer", *args)
         assert wait_for(lambda: Run.objects.get(pk=run.pk).state == RunState.SUCCEEDED, timeout=BOOT)
         zombie.send_signal(signal.SIGCONT)  # it wakes up, finishes attempt 1 and tries to record it
-        assert wait_for(lambda: RunEvent.objects.filter(run=run, event_type=EventType.LEASE_LOST).exists(),
-                        timeout=60)
+        assert wait_for(lambda: RunEvent.objects.filter(run=run, event_type=EventType.LEASE_LOST).exists(), timeout=60)
         # The zombie is still a healthy worker afterwards.
         assert zombie.poll() is None
         assert wait_for(lambda: Worker.objects.get(worker_id="zombie").status == "active", timeout=10)

@@ -51,25 +51,42 @@ def terminate_backends() -> int:
 def test_workers_survive_repeated_backend_terminations(scheduler, clock, tmp_path):
     clock.set(T0 - timedelta(days=1))
     for i in range(150):
-        scheduler.create_schedule(name=f"o{i}", task_name="tests.record", run_at=T0, max_attempts=50,
-                                  retry_base_seconds=0.1, retry_max_seconds=0.5, kwargs={"sleep": 0.1})
+        scheduler.create_schedule(
+            name=f"o{i}",
+            task_name="tests.record",
+            run_at=T0,
+            max_attempts=50,
+            retry_base_seconds=0.1,
+            retry_max_seconds=0.5,
+            kwargs={"sleep": 0.1},
+        )
     clock.set(T0)
     assert len(scheduler.tick()) == 150
     # Something for the ticker to do during the outage too.
-    schedule_service.create_schedule(name="ticking", task_name="tests.noop", interval_seconds=1,
-                                     now=system_clock.now())
+    schedule_service.create_schedule(name="ticking", task_name="tests.noop", interval_seconds=1, now=system_clock.now())
     children = LoggedProcesses(tmp_path)
     spawn, logs = children.spawn, children.logs
 
-    procs = {f"w{i}": spawn(f"w{i}", "runworker", f"--worker-id=w{i}", "--lease-seconds=2",
-                            "--heartbeat-seconds=0.5", "--poll-interval=0.05") for i in range(3)}
+    procs = {
+        f"w{i}": spawn(
+            f"w{i}",
+            "runworker",
+            f"--worker-id=w{i}",
+            "--lease-seconds=2",
+            "--heartbeat-seconds=0.5",
+            "--poll-interval=0.05",
+        )
+        for i in range(3)
+    }
     procs["ticker"] = spawn("ticker", "tick", "--loop", "--interval=0.2")
     rounds = killed = 0
     try:
         assert wait_for(lambda: Run.objects.filter(state=RunState.SUCCEEDED).exists(), timeout=BOOT)
         started = time.monotonic()
-        while rounds < 8 or (time.monotonic() - started < 20 and Run.objects.filter(
-                schedule__name__startswith="o").exclude(state__in=TERMINAL_STATES).exists()):
+        while rounds < 8 or (
+            time.monotonic() - started < 20
+            and Run.objects.filter(schedule__name__startswith="o").exclude(state__in=TERMINAL_STATES).exists()
+        ):
             killed += terminate_backends()
             rounds += 1
             time.sleep(random.uniform(0.3, 0.8))  # the outage cadence, not a synchronisation
@@ -92,10 +109,13 @@ def test_workers_survive_repeated_backend_terminations(scheduler, clock, tmp_pat
     assert Run.objects.filter(schedule__name__startswith="o", state=RunState.SUCCEEDED).count() == 150
     assert Worker.objects.filter(status="stopped").count() == 3
     worker_logs = "".join(text[f"w{i}"] for i in range(3))
-    assert "database error" in worker_logs or "database unavailable" in worker_logs or "heartbeat failed" in \
-        worker_logs, "no worker noticed the outage"
-    print(f"\n[postgresql] {killed} backends terminated in {rounds} rounds; 150 runs succeeded; "
-          f"{RunEvent.objects.filter(event_type=EventType.LEASE_EXPIRED).count()} lease(s) expired")
+    assert (
+        "database error" in worker_logs or "database unavailable" in worker_logs or "heartbeat failed" in worker_logs
+    ), "no worker noticed the outage"
+    print(
+        f"\n[postgresql] {killed} backends terminated in {rounds} rounds; 150 runs succeeded; "
+        f"{RunEvent.objects.filter(event_type=EventType.LEASE_EXPIRED).count()} lease(s) expired"
+    )
 
 
 class _FastTime:
@@ -112,8 +132,7 @@ class _FastTime:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_sqlite_disk_full_leaves_the_run_to_lease_expiry_and_the_worker_serving(scheduler, clock, monkeypatch,
-                                                                                 caplog):
+def test_sqlite_disk_full_leaves_the_run_to_lease_expiry_and_the_worker_serving(scheduler, clock, monkeypatch, caplog):
     if connection.vendor != "sqlite":
         pytest.skip("SQLite-only: a full disk simulated with PRAGMA max_page_count")
     full = {"on": False}
@@ -139,8 +158,9 @@ def test_sqlite_disk_full_leaves_the_run_to_lease_expiry_and_the_worker_serving(
     scheduler.delete_schedule("freed")
     monkeypatch.setattr(retry_module, "time", _FastTime())  # the retries back off without real waiting
     test_tasks.HOOKS["fill"] = hook
-    scheduler.create_schedule(name="full", task_name="tests.hook", interval_seconds=3600,
-                              kwargs={"name": "fill"}, max_attempts=3)
+    scheduler.create_schedule(
+        name="full", task_name="tests.hook", interval_seconds=3600, kwargs={"name": "fill"}, max_attempts=3
+    )
     [run] = scheduler.tick()
     worker = scheduler.worker(worker_id="w", lease_seconds=30, heartbeat_seconds=3600)
     connection_created.connect(on_connect)

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_four_workers_drain_400_runs_without_double_claims(scheduler, clock):
     clock.set(T0 - timedelta(days=1))
     for i in range(400):
-        scheduler.create_schedule(name=f"r{i}", task_name="tests.record", run_at=T0, max_attempts=1,
-                                  kwargs={"sleep": 0.002})
+        scheduler.create_schedule(
+            name=f"r{i}", task_name="tests.record", run_at=T0, max_attempts=1, kwargs={"sleep": 0.002}
+        )
     clock.set(T0)
     assert len(scheduler.tick()) == 400
     workers = [manage("runworker", "--burst", f"--worker-id=w{i}", "--poll-interval=0.05") for i in range(4)]
@@ -44,8 +45,9 @@ def test_two_tickers_never_duplicate_runs(scheduler):
     # 100 one-second schedules; two real ticker loops race over them for a while.
     real = SystemClock()
     for i in range(100):
-        schedule_service.create_schedule(name=f"t{i}", task_name="tests.noop", interval_seconds=1,
-                                         catch_up="all", now=real.now())
+        schedule_service.create_schedule(
+            name=f"t{i}", task_name="tests.noop", interval_seconds=1, catch_up="all", now=real.now()
+        )
     tickers = [manage("tick", "--loop", "--interval=0.01") for _ in range(2)]
     try:
         assert wait_for(lambda: Run.objects.count() >= 600, timeout=60), "tickers made too few runs"

@@ -32,8 +32,14 @@ def status(worker_id: str) -> str | None:
 
 
 def worker(worker_id: str, lease: float = 10, *extra: str):
-    return manage("runworker", f"--worker-id={worker_id}", f"--lease-seconds={lease:g}",
-                  "--heartbeat-seconds=0.5", "--poll-interval=0.1", *extra)
+    return manage(
+        "runworker",
+        f"--worker-id={worker_id}",
+        f"--lease-seconds={lease:g}",
+        "--heartbeat-seconds=0.5",
+        "--poll-interval=0.1",
+        *extra,
+    )
 
 
 def history(run: Run) -> list[tuple[str, str, int]]:
@@ -89,8 +95,7 @@ def test_sigterm_to_a_once_worker_finishes_its_run(scheduler, clock):
 @pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM])
 def test_second_signal_exits_at_once_and_lease_expiry_recovers_the_run(scheduler, clock, second):
     lease = 2
-    [run] = due_runs(scheduler, clock, 1, "tests.record_slow_first", kwargs={"first_sleep": 60},
-                     max_attempts=3)
+    [run] = due_runs(scheduler, clock, 1, "tests.record_slow_first", kwargs={"first_sleep": 60}, max_attempts=3)
     first = worker("first", lease)
     assert wait_for(Execution.objects.exists, timeout=BOOT), "the task never started"
     first.send_signal(signal.SIGTERM)

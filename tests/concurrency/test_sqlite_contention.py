@@ -52,18 +52,30 @@ def test_four_workers_two_tickers_and_a_writer_share_one_sqlite_file(tmp_path):
     children = LoggedProcesses(tmp_path)
     spawn, logs = children.spawn, children.logs
 
-    procs = {f"w{i}": spawn(f"w{i}", "runworker", f"--worker-id=w{i}", "--poll-interval=0.05",
-                            "--heartbeat-seconds=0.5", "--lease-seconds=5") for i in range(4)}
+    procs = {
+        f"w{i}": spawn(
+            f"w{i}",
+            "runworker",
+            f"--worker-id=w{i}",
+            "--poll-interval=0.05",
+            "--heartbeat-seconds=0.5",
+            "--lease-seconds=5",
+        )
+        for i in range(4)
+    }
     procs.update({f"t{i}": spawn(f"t{i}", "tick", "--loop", "--interval=0.1") for i in range(2)})
     logs["creator"] = tmp_path / "creator.log"
     with logs["creator"].open("w") as log:
-        creator = subprocess.Popen([sys.executable, "-c", CREATOR], cwd=ROOT, env=child_env(), stdout=log,
-                                   stderr=subprocess.STDOUT)
+        creator = subprocess.Popen(
+            [sys.executable, "-c", CREATOR], cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT
+        )
     try:
         [(created, _, _)] = finish([creator], timeout=240)
         drained = wait_for(
-            lambda: Schedule.objects.filter(name__startswith="c", next_run_at__isnull=False).count() == 0
-            and not Run.objects.exclude(state__in=TERMINAL_STATES).exists(),
+            lambda: (
+                Schedule.objects.filter(name__startswith="c", next_run_at__isnull=False).count() == 0
+                and not Run.objects.exclude(state__in=TERMINAL_STATES).exists()
+            ),
             timeout=120,
         )
         alive = {name: p.poll() for name, p in procs.items()}

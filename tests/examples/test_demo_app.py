@@ -20,13 +20,22 @@ def test_load_demo_schedules_is_idempotent():
     call_command("load_demo_schedules", stdout=out)
     assert "already exists" in out.getvalue()
     assert set(Schedule.objects.values_list("name", flat=True)) == {
-        "daily-summary", "billing-sync", "webhook-delivery", "long-report", "heartbeat"}
+        "daily-summary",
+        "billing-sync",
+        "webhook-delivery",
+        "long-report",
+        "heartbeat",
+    }
     assert Schedule.objects.get(name="daily-summary").timezone == "Europe/Paris"
 
 
 def test_billing_sync_re_execution_does_not_charge_twice(scheduler, clock):
-    scheduler.create_schedule(name="billing", task_name="demo.billing_sync", interval_seconds=3600,
-                              kwargs={"account_id": 1, "amount_cents": 500})
+    scheduler.create_schedule(
+        name="billing",
+        task_name="demo.billing_sync",
+        interval_seconds=3600,
+        kwargs={"account_id": 1, "amount_cents": 500},
+    )
     scheduler.tick()
     worker = scheduler.worker(worker_id="w1", heartbeat_seconds=3600)
     assert worker.run_once().state == RunState.SUCCEEDED
@@ -39,8 +48,14 @@ def test_billing_sync_re_execution_does_not_charge_twice(scheduler, clock):
 
 
 def test_webhook_retries_with_backoff_then_delivers_with_fencing_token(scheduler, clock):
-    scheduler.create_schedule(name="hook", task_name="demo.deliver_webhook", interval_seconds=3600, max_attempts=5,
-                              retry_base_seconds=5, kwargs={"endpoint": "x", "payload": {"n": 1}, "failures": 2})
+    scheduler.create_schedule(
+        name="hook",
+        task_name="demo.deliver_webhook",
+        interval_seconds=3600,
+        max_attempts=5,
+        retry_base_seconds=5,
+        kwargs={"endpoint": "x", "payload": {"n": 1}, "failures": 2},
+    )
     scheduler.tick()
     worker = scheduler.worker(worker_id="w", heartbeat_seconds=3600)
     assert worker.run_once().state == RunState.RETRYING
@@ -57,8 +72,9 @@ def test_webhook_retries_with_backoff_then_delivers_with_fencing_token(scheduler
 
 
 def test_long_report_stops_when_cancelled(scheduler):
-    scheduler.create_schedule(name="report", task_name="demo.long_report", interval_seconds=3600,
-                              kwargs={"steps": 3, "step_seconds": 0})
+    scheduler.create_schedule(
+        name="report", task_name="demo.long_report", interval_seconds=3600, kwargs={"steps": 3, "step_seconds": 0}
+    )
     [run] = scheduler.tick()
     worker = scheduler.worker(worker_id="w", heartbeat_seconds=3600)
     claimed = worker.loop.claim(1)
@@ -68,8 +84,7 @@ def test_long_report_stops_when_cancelled(scheduler):
 
 
 def test_daily_summary_and_heartbeat_succeed(scheduler):
-    scheduler.create_schedule(name="sum", task_name="demo.daily_summary", interval_seconds=60,
-                              kwargs={"account_id": 7})
+    scheduler.create_schedule(name="sum", task_name="demo.daily_summary", interval_seconds=60, kwargs={"account_id": 7})
     scheduler.create_schedule(name="hb", task_name="demo.heartbeat", interval_seconds=60)
     scheduler.tick()
     worker = scheduler.worker(worker_id="w", heartbeat_seconds=3600)

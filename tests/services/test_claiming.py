@@ -133,10 +133,16 @@ def test_claimed_run_is_never_claimed_again_while_leased(scheduler, make_schedul
 
 def test_next_due_reports_earliest_waiting_run_and_schedule(scheduler, clock):
     scheduler.create_schedule(name="soon", task_name="tests.noop", run_at=T0 + timedelta(seconds=30))
-    scheduler.create_schedule(name="later", task_name="tests.noop", interval_seconds=60,
-                              start_at=T0 + timedelta(seconds=90))
-    scheduler.create_schedule(name="elsewhere", task_name="tests.noop", interval_seconds=60, queue="other",
-                              start_at=T0 + timedelta(seconds=10))
+    scheduler.create_schedule(
+        name="later", task_name="tests.noop", interval_seconds=60, start_at=T0 + timedelta(seconds=90)
+    )
+    scheduler.create_schedule(
+        name="elsewhere",
+        task_name="tests.noop",
+        interval_seconds=60,
+        queue="other",
+        start_at=T0 + timedelta(seconds=10),
+    )
     due = claiming.next_due(queues=["default"])
     assert (due.run, due.schedule) == (None, T0 + timedelta(seconds=30))
     clock.advance(seconds=30)

@@ -99,8 +99,9 @@ def test_non_json_payloads_are_rejected(scheduler, kwargs):
     assert not Schedule.objects.exists()
 
 
-@pytest.mark.parametrize("value", [{"s": "nul\x00byte"}, {"nul\x00key": 1}, {"deep": [["\x00"]]}],
-                         ids=["value", "key", "nested"])
+@pytest.mark.parametrize(
+    "value", [{"s": "nul\x00byte"}, {"nul\x00key": 1}, {"deep": [["\x00"]]}], ids=["value", "key", "nested"]
+)
 def test_nul_characters_are_rejected_on_every_database(scheduler, value):
     # PostgreSQL's jsonb cannot store \u0000: refuse it as input, on SQLite too, so a
     # schedule created on one backend is valid on the other.
@@ -131,10 +132,32 @@ def test_name_of_exactly_100_characters_is_accepted(scheduler):
 
 @pytest.mark.parametrize(
     "name",
-    ["trailing-newline\n", "\nleading", "tab\tinside", "nul\x00", "dot.name", "../etc", "semi;colon", "n" * 101,
-     None, 42, "emoji-🙂"],
-    ids=["trailing-newline", "leading-newline", "tab", "nul", "dot", "path", "semicolon", "101-chars", "none",
-         "int", "emoji"],
+    [
+        "trailing-newline\n",
+        "\nleading",
+        "tab\tinside",
+        "nul\x00",
+        "dot.name",
+        "../etc",
+        "semi;colon",
+        "n" * 101,
+        None,
+        42,
+        "emoji-🙂",
+    ],
+    ids=[
+        "trailing-newline",
+        "leading-newline",
+        "tab",
+        "nul",
+        "dot",
+        "path",
+        "semicolon",
+        "101-chars",
+        "none",
+        "int",
+        "emoji",
+    ],
 )
 def test_names_must_be_slugs(scheduler, name):
     with pytest.raises(errors.InvalidName):
@@ -167,8 +190,12 @@ def test_hostile_cron_is_rejected(scheduler, cron):
 @pytest.mark.parametrize(
     ("option", "value"),
     [
-        ("max_attempts", 10**9), ("max_attempts", True), ("interval_seconds", 10**12),
-        ("retry_base_seconds", float("nan")), ("retry_max_seconds", float("inf")), ("retry_jitter", -1),
+        ("max_attempts", 10**9),
+        ("max_attempts", True),
+        ("interval_seconds", 10**12),
+        ("retry_base_seconds", float("nan")),
+        ("retry_max_seconds", float("inf")),
+        ("retry_jitter", -1),
     ],
 )
 def test_numbers_out_of_range_are_rejected(scheduler, option, value):
@@ -200,16 +227,32 @@ def spies(monkeypatch):
 
 @pytest.mark.parametrize(
     "task_name",
-    ["os.system", "subprocess.Popen", "builtins.eval", "distsched_app.worker.os.system", "__import__('os')",
-     "tests.echo ", "TESTS.ECHO"],
+    [
+        "os.system",
+        "subprocess.Popen",
+        "builtins.eval",
+        "distsched_app.worker.os.system",
+        "__import__('os')",
+        "tests.echo ",
+        "TESTS.ECHO",
+    ],
 )
 def test_a_run_row_naming_arbitrary_code_fails_as_unknown_task(scheduler, clock, spies, task_name):
     schedule = create(scheduler, name="victim", task_name="tests.echo")
     # Written straight to the database, as an attacker with table access would.
     run = Run.objects.create(
-        schedule=schedule, task_name=task_name, args=["touch /tmp/distsched-pwned"], kwargs={},
-        state=RunState.PENDING, scheduled_for=clock.now(), available_at=clock.now(), max_attempts=1,
-        origin=Origin.MANUAL, idempotency_key="manual:x", created_at=clock.now(), updated_at=clock.now(),
+        schedule=schedule,
+        task_name=task_name,
+        args=["touch /tmp/distsched-pwned"],
+        kwargs={},
+        state=RunState.PENDING,
+        scheduled_for=clock.now(),
+        available_at=clock.now(),
+        max_attempts=1,
+        origin=Origin.MANUAL,
+        idempotency_key="manual:x",
+        created_at=clock.now(),
+        updated_at=clock.now(),
     )
     worker = scheduler.worker(worker_id="w", heartbeat_seconds=3600)
     execution = worker.run_once()

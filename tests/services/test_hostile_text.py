@@ -106,10 +106,18 @@ def test_worker_ids_are_bounded_and_printable(scheduler, worker_id):
 @pytest.mark.parametrize(
     ("option", "value"),
     [
-        ("retry_base_seconds", 10**400), ("retry_max_seconds", 10**400), ("retry_jitter", 10**400),
-        ("retry_base_seconds", -(10**400)), ("max_attempts", 10**400), ("interval_seconds", 10**400),
-        ("max_attempts", 1e308), ("interval_seconds", float("nan")), ("retry_jitter", float("-inf")),
-        ("max_attempts", 0), ("max_attempts", "3"), ("interval_seconds", 1.5),
+        ("retry_base_seconds", 10**400),
+        ("retry_max_seconds", 10**400),
+        ("retry_jitter", 10**400),
+        ("retry_base_seconds", -(10**400)),
+        ("max_attempts", 10**400),
+        ("interval_seconds", 10**400),
+        ("max_attempts", 1e308),
+        ("interval_seconds", float("nan")),
+        ("retry_jitter", float("-inf")),
+        ("max_attempts", 0),
+        ("max_attempts", "3"),
+        ("interval_seconds", 1.5),
     ],
 )
 def test_numbers_of_any_size_give_a_typed_error_not_an_overflow(scheduler, option, value):
@@ -123,9 +131,18 @@ def test_numbers_of_any_size_give_a_typed_error_not_an_overflow(scheduler, optio
 @pytest.mark.parametrize(
     ("option", "value"),
     [
-        ("lease_seconds", 10**400), ("lease_seconds", 0), ("lease_seconds", float("inf")), ("lease_seconds", 1e9),
-        ("poll_interval", -1), ("poll_interval", 1e300), ("heartbeat_seconds", float("nan")),
-        ("prefetch", 0), ("prefetch", 10**6), ("prefetch", 2.5), ("concurrency", 0), ("concurrency", 10**6),
+        ("lease_seconds", 10**400),
+        ("lease_seconds", 0),
+        ("lease_seconds", float("inf")),
+        ("lease_seconds", 1e9),
+        ("poll_interval", -1),
+        ("poll_interval", 1e300),
+        ("heartbeat_seconds", float("nan")),
+        ("prefetch", 0),
+        ("prefetch", 10**6),
+        ("prefetch", 2.5),
+        ("concurrency", 0),
+        ("concurrency", 10**6),
     ],
 )
 def test_worker_options_are_range_checked(scheduler, option, value):
@@ -181,18 +198,22 @@ class SurrogateError(Exception):
 @pytest.mark.parametrize(
     ("func", "state", "check"),
     [
-        (lambda: (_ for _ in ()).throw(SurrogateError(f"bad file {SURROGATE}\x00")), RunState.DEAD,
-         lambda run: "bad file \\udcff\\x00" in run.last_error),
+        (
+            lambda: (_ for _ in ()).throw(SurrogateError(f"bad file {SURROGATE}\x00")),
+            RunState.DEAD,
+            lambda run: "bad file \\udcff\\x00" in run.last_error,
+        ),
         (lambda: f"name {SURROGATE}", RunState.SUCCEEDED, lambda run: run.result == {"repr": "'name \\udcff'"}),
         (lambda: {SURROGATE: "key"}, RunState.SUCCEEDED, lambda run: run.result == {"repr": "{'\\udcff': 'key'}"}),
-        (lambda: ["ok", {"nested": "\x00"}], RunState.SUCCEEDED,
-         lambda run: run.result == {"repr": "['ok', {'nested': '\\x00'}]"}),
+        (
+            lambda: ["ok", {"nested": "\x00"}],
+            RunState.SUCCEEDED,
+            lambda run: run.result == {"repr": "['ok', {'nested': '\\x00'}]"},
+        ),
     ],
     ids=["exception-message", "returned-text", "returned-key", "returned-nul"],
 )
-def test_unstorable_task_output_is_stored_escaped_and_the_worker_goes_on(
-    scheduler, hostile_task, func, state, check
-):
+def test_unstorable_task_output_is_stored_escaped_and_the_worker_goes_on(scheduler, hostile_task, func, state, check):
     create(scheduler, name="a-bad", task_name=hostile_task(func), max_attempts=1)
     create(scheduler, name="b-next")
     scheduler.tick()

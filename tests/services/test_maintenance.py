@@ -36,12 +36,20 @@ def sched(make_schedule):
 
 def make_run(schedule, state, *, finished_at=None, n_events=2):
     run = Run.objects.create(
-        schedule=schedule, task_name=schedule.task_name, state=state, scheduled_for=T0 - 60 * DAY,
-        available_at=T0 - 60 * DAY, finished_at=finished_at, origin=Origin.MANUAL, idempotency_key="k",
-        created_at=T0 - 60 * DAY, updated_at=T0 - 60 * DAY,
+        schedule=schedule,
+        task_name=schedule.task_name,
+        state=state,
+        scheduled_for=T0 - 60 * DAY,
+        available_at=T0 - 60 * DAY,
+        finished_at=finished_at,
+        origin=Origin.MANUAL,
+        idempotency_key="k",
+        created_at=T0 - 60 * DAY,
+        updated_at=T0 - 60 * DAY,
     )
-    events.record_many([events.NewEvent(run_id=run.pk, event_type=EventType.CREATED, now=T0 - 60 * DAY)
-                        for _ in range(n_events)])
+    events.record_many(
+        [events.NewEvent(run_id=run.pk, event_type=EventType.CREATED, now=T0 - 60 * DAY) for _ in range(n_events)]
+    )
     return run
 
 
@@ -83,8 +91,11 @@ def test_deletes_in_batches_each_its_own_transaction(sched):
         result = prune_runs(older_than=30 * DAY, now=T0, batch_size=10)
     assert (result.runs, result.events, result.batches) == (25, 25, 3)
     assert Run.objects.count() == 0
-    run_deletes = [q["sql"] for q in ctx.captured_queries
-                   if q["sql"].startswith('DELETE FROM "distsched_app_run"') and "WHERE" in q["sql"]]
+    run_deletes = [
+        q["sql"]
+        for q in ctx.captured_queries
+        if q["sql"].startswith('DELETE FROM "distsched_app_run"') and "WHERE" in q["sql"]
+    ]
     assert len(run_deletes) == 3
 
 
@@ -101,10 +112,12 @@ def test_dry_run_counts_and_deletes_nothing(sched):
 
 
 def test_prunes_workers_silent_since_before_the_cutoff(sched):
-    for wid, status, beat in (("stopped-old", WorkerStatus.STOPPED, T0 - 40 * DAY),
-                              ("stopped-recent", WorkerStatus.STOPPED, T0 - DAY),
-                              ("vanished", WorkerStatus.ACTIVE, T0 - 40 * DAY),
-                              ("alive", WorkerStatus.ACTIVE, T0)):
+    for wid, status, beat in (
+        ("stopped-old", WorkerStatus.STOPPED, T0 - 40 * DAY),
+        ("stopped-recent", WorkerStatus.STOPPED, T0 - DAY),
+        ("vanished", WorkerStatus.ACTIVE, T0 - 40 * DAY),
+        ("alive", WorkerStatus.ACTIVE, T0),
+    ):
         workers.register_worker(worker_id=wid, hostname="h", pid=1, queues=[], now=beat)
         workers.set_status(worker_id=wid, status=status, now=beat)
     result = prune_runs(older_than=30 * DAY, now=T0)
@@ -125,12 +138,15 @@ def test_nothing_to_prune(sched):
     assert (result.runs, result.events, result.workers, result.batches) == (0, 0, 0, 0)
 
 
-@pytest.mark.parametrize("options", [
-    {"older_than": timedelta(seconds=-1)},
-    {"older_than": 30},
-    {"older_than": DAY, "batch_size": 0},
-    {"older_than": DAY, "batch_size": True},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"older_than": timedelta(seconds=-1)},
+        {"older_than": 30},
+        {"older_than": DAY, "batch_size": 0},
+        {"older_than": DAY, "batch_size": True},
+    ],
+)
 def test_bad_arguments_are_validation_errors(options):
     with pytest.raises(ValidationError):
         prune_runs(now=T0, **options)

@@ -24,6 +24,7 @@ def claimed(scheduler, make_schedule, clock):
         make_schedule("o", **options)
         scheduler.tick()
         return claiming.claim_next_run(worker_id=worker, queues=None, lease_seconds=lease, now=clock.now())
+
     return make
 
 
@@ -43,8 +44,14 @@ def test_success_clears_lease_and_records_event(claimed, clock):
 
 def test_failure_schedules_retry_with_backoff(claimed, clock):
     run = claimed(max_attempts=3, retry_base_seconds=10, retry_max_seconds=100)
-    state = outcomes.record_failure(run_id=run.pk, worker_id="A", attempt=1, now=clock.now(),
-                                    error="ValueError: boom", traceback_text="Traceback ...\nValueError: boom")
+    state = outcomes.record_failure(
+        run_id=run.pk,
+        worker_id="A",
+        attempt=1,
+        now=clock.now(),
+        error="ValueError: boom",
+        traceback_text="Traceback ...\nValueError: boom",
+    )
     assert state == RunState.RETRYING
     run.refresh_from_db()
     assert run.attempts == 1
@@ -60,12 +67,15 @@ def test_retries_back_off_then_die(claimed, clock):
     delays = []
     for attempt in (1, 2, 3):
         if attempt > 1:
-            assert claiming.claim_next_run(worker_id="A", queues=None, lease_seconds=30,
-                                           now=clock.now() - timedelta(seconds=1)) is None
+            assert (
+                claiming.claim_next_run(
+                    worker_id="A", queues=None, lease_seconds=30, now=clock.now() - timedelta(seconds=1)
+                )
+                is None
+            )
             run = claiming.claim_next_run(worker_id="A", queues=None, lease_seconds=30, now=clock.now())
             assert run.attempts == attempt
-        state = outcomes.record_failure(run_id=run.pk, worker_id="A", attempt=attempt, now=clock.now(),
-                                        error="boom")
+        state = outcomes.record_failure(run_id=run.pk, worker_id="A", attempt=attempt, now=clock.now(), error="boom")
         run.refresh_from_db()
         if state == RunState.RETRYING:
             delays.append((run.available_at - clock.now()).total_seconds())

@@ -43,8 +43,9 @@ def test_cancel_running_is_cooperative(scheduler, pending, clock):
 def test_cancel_requested_then_returned_normally_is_succeeded(scheduler, pending, clock):
     claiming.claim_next_run(worker_id="A", queues=None, lease_seconds=30, now=clock.now())
     scheduler.cancel_run(pending.pk)
-    assert succeed(pending.pk, worker_id="A", attempt=1, now=clock.now(),
-                   note="returned normally after a cancel request")
+    assert succeed(
+        pending.pk, worker_id="A", attempt=1, now=clock.now(), note="returned normally after a cancel request"
+    )
     pending.refresh_from_db()
     assert pending.state == RunState.SUCCEEDED
     assert RunEvent.objects.get(run=pending, event_type=EventType.SUCCEEDED).message.startswith("returned")

@@ -35,8 +35,7 @@ def test_once_schedule_in_future(scheduler):
 
 def test_cron_schedule_first_match_at_or_after_creation(scheduler, clock):
     clock.set("2026-03-02T09:00:30+00:00")
-    s = scheduler.create_schedule(name="nightly", task_name="tests.noop", cron="0 3 * * *",
-                                  timezone="Europe/Paris")
+    s = scheduler.create_schedule(name="nightly", task_name="tests.noop", cron="0 3 * * *", timezone="Europe/Paris")
     # 03:00 Paris (CET, UTC+1) on 3 March = 02:00 UTC.
     assert s.next_run_at.isoformat() == "2026-03-03T02:00:00+00:00"
 
@@ -96,8 +95,7 @@ def test_duplicate_name_is_a_typed_error(scheduler, make_schedule):
 def test_payload_size_limit(scheduler, settings):
     settings.DISTSCHED = {"MAX_PAYLOAD_BYTES": 100}
     with pytest.raises(errors.InvalidPayload, match="larger than 100 bytes"):
-        scheduler.create_schedule(name="big", task_name="tests.noop", interval_seconds=60,
-                                  kwargs={"blob": "x" * 200})
+        scheduler.create_schedule(name="big", task_name="tests.noop", interval_seconds=60, kwargs={"blob": "x" * 200})
     assert not Schedule.objects.exists()
 
 

@@ -14,8 +14,9 @@ pytestmark = pytest.mark.django_db
 
 
 def slots(name: str) -> list:
-    return list(Run.objects.filter(schedule__name=name).order_by("scheduled_for")
-                .values_list("scheduled_for", flat=True))
+    return list(
+        Run.objects.filter(schedule__name=name).order_by("scheduled_for").values_list("scheduled_for", flat=True)
+    )
 
 
 def test_once_schedule_due_now_creates_one_run(scheduler, clock):
@@ -23,8 +24,7 @@ def test_once_schedule_due_now_creates_one_run(scheduler, clock):
     created = scheduler.tick()
     assert len(created) == 1
     run = created[0]
-    assert (run.state, run.scheduled_for, run.idempotency_key) == (
-        RunState.PENDING, T0, f"now:{T0.isoformat()}")
+    assert (run.state, run.scheduled_for, run.idempotency_key) == (RunState.PENDING, T0, f"now:{T0.isoformat()}")
     assert Schedule.objects.get(name="now").next_run_at is None
     clock.advance(seconds=3600)
     assert scheduler.tick() == []
@@ -221,11 +221,14 @@ def test_tick_inserts_more_runs_than_one_insert_chunk(scheduler, clock, monkeypa
     assert RunEvent.objects.filter(event_type=EventType.CREATED).count() == 10
 
 
-@pytest.mark.parametrize(("stored", "fix"), [
-    ({"cron": "0 R * * *"}, {"cron": "*/15 * * * *"}),
-    ({"cron": "0 0 L * *"}, {"cron": "*/15 * * * *"}),
-    ({"timezone": "Mars/Olympus"}, {"timezone": "UTC"}),
-])
+@pytest.mark.parametrize(
+    ("stored", "fix"),
+    [
+        ({"cron": "0 R * * *"}, {"cron": "*/15 * * * *"}),
+        ({"cron": "0 0 L * *"}, {"cron": "*/15 * * * *"}),
+        ({"timezone": "Mars/Olympus"}, {"timezone": "UTC"}),
+    ],
+)
 def test_a_stored_recurrence_that_no_longer_validates_is_skipped_and_the_others_tick(
     scheduler, clock, caplog, stored, fix
 ):

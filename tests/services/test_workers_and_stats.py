@@ -79,32 +79,52 @@ def test_stats_summarise_state(scheduler, make_schedule, clock, settings):
 
 def _run(schedule, state, *, queue="default", started_at=None, finished_at=None):
     return Run.objects.create(
-        schedule=schedule, task_name=schedule.task_name, state=state, queue=queue, scheduled_for=T0,
-        available_at=T0, started_at=started_at, finished_at=finished_at, origin=Origin.MANUAL,
-        idempotency_key="k", created_at=T0, updated_at=T0,
+        schedule=schedule,
+        task_name=schedule.task_name,
+        state=state,
+        queue=queue,
+        scheduled_for=T0,
+        available_at=T0,
+        started_at=started_at,
+        finished_at=finished_at,
+        origin=Origin.MANUAL,
+        idempotency_key="k",
+        created_at=T0,
+        updated_at=T0,
     )
 
 
 def test_run_counts_are_exact_by_state_and_queue(make_schedule):
     a = make_schedule("a")
-    for state, queue, n in [(RunState.SUCCEEDED, "default", 3), (RunState.SUCCEEDED, "q2", 2),
-                            (RunState.DEAD, "q2", 1), (RunState.PENDING, "default", 1)]:
+    for state, queue, n in [
+        (RunState.SUCCEEDED, "default", 3),
+        (RunState.SUCCEEDED, "q2", 2),
+        (RunState.DEAD, "q2", 1),
+        (RunState.PENDING, "default", 1),
+    ]:
         for _ in range(n):
             _run(a, state, queue=queue)
     counts = run_counts()
-    assert counts == {(RunState.SUCCEEDED, "default"): 3, (RunState.SUCCEEDED, "q2"): 2,
-                      (RunState.DEAD, "q2"): 1, (RunState.PENDING, "default"): 1}
+    assert counts == {
+        (RunState.SUCCEEDED, "default"): 3,
+        (RunState.SUCCEEDED, "q2"): 2,
+        (RunState.DEAD, "q2"): 1,
+        (RunState.PENDING, "default"): 1,
+    }
     by_state = runs_by_state(counts)
     assert by_state == runs_by_state()
     assert (by_state[RunState.SUCCEEDED], by_state[RunState.DEAD], by_state[RunState.SKIPPED]) == (5, 1, 0)
 
 
-@pytest.mark.parametrize(("start", "end", "micros"), [
-    (T0, T0 + timedelta(seconds=4), 4_000_000),  # whole seconds: stored without a fraction
-    (T0 - timedelta(microseconds=50_000), T0 + timedelta(microseconds=50_000), 100_000),  # borrows a second
-    (T0 + timedelta(microseconds=1), T0 + timedelta(microseconds=100_002), 100_001),
-    (T0, T0 + timedelta(days=2, microseconds=7), 172_800_000_007),
-])
+@pytest.mark.parametrize(
+    ("start", "end", "micros"),
+    [
+        (T0, T0 + timedelta(seconds=4), 4_000_000),  # whole seconds: stored without a fraction
+        (T0 - timedelta(microseconds=50_000), T0 + timedelta(microseconds=50_000), 100_000),  # borrows a second
+        (T0 + timedelta(microseconds=1), T0 + timedelta(microseconds=100_002), 100_001),
+        (T0, T0 + timedelta(days=2, microseconds=7), 172_800_000_007),
+    ],
+)
 def test_microseconds_is_exact_in_the_database(make_schedule, start, end, micros):
     _run(make_schedule("a"), RunState.SUCCEEDED, started_at=start, finished_at=end)
     assert Run.objects.annotate(d=Microseconds(F("finished_at"), F("started_at"))).get().d == micros
@@ -113,8 +133,7 @@ def test_microseconds_is_exact_in_the_database(make_schedule, start, end, micros
 def test_recent_failures_newest_first(make_schedule):
     run = _run(make_schedule("a"), RunState.RETRYING)
     for i in range(3):
-        events.record(run.pk, EventType.FAILED, message=f"boom {i}", attempt=i + 1,
-                      now=T0 + timedelta(seconds=i))
+        events.record(run.pk, EventType.FAILED, message=f"boom {i}", attempt=i + 1, now=T0 + timedelta(seconds=i))
     s = stats(now=T0 + timedelta(minutes=1), recent_failures=2)
     assert [f.message for f in s.recent_failures] == ["boom 2", "boom 1"]
     assert s.failures_last_24h == 3
@@ -156,8 +175,12 @@ def test_big_terminal_counts_cached_only_on_a_large_postgresql(make_schedule, mo
 def test_one_liveness_rule_for_a_row_its_row_sets_and_the_counts(clock, settings):
     settings.DISTSCHED = {"STALE_AFTER_SECONDS": 30}
     now = clock.now()
-    beats = {"edge": now - timedelta(seconds=30), "just-over": now - timedelta(seconds=30, microseconds=1),
-             "fresh": now, "stopped-long-ago": now - timedelta(days=1)}
+    beats = {
+        "edge": now - timedelta(seconds=30),
+        "just-over": now - timedelta(seconds=30, microseconds=1),
+        "fresh": now,
+        "stopped-long-ago": now - timedelta(days=1),
+    }
     for wid, at in beats.items():
         workers.register_worker(worker_id=wid, hostname="h", pid=1, queues=[], now=at)
     workers.set_status(worker_id="stopped-long-ago", status=WorkerStatus.STOPPED, now=beats["stopped-long-ago"])
@@ -165,6 +188,7 @@ def test_one_liveness_rule_for_a_row_its_row_sets_and_the_counts(clock, settings
     assert rows == {"edge": "alive", "just-over": "stale", "fresh": "alive", "stopped-long-ago": "stopped"}
     sets = {"alive": Worker.objects.alive(now), "stale": Worker.objects.stale(now), "stopped": Worker.objects.stopped()}
     assert {name: sorted(w.worker_id for w in qs) for name, qs in sets.items()} == {
-        name: sorted(w for w, live in rows.items() if live == name) for name in sets}
+        name: sorted(w for w, live in rows.items() if live == name) for name in sets
+    }
     assert Worker.objects.liveness_counts(now) == {"alive": 2, "stale": 1, "stopped": 1}
     assert sorted(Worker.objects.not_stopped().values_list("worker_id", flat=True)) == ["edge", "fresh", "just-over"]

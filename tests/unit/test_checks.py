@@ -39,8 +39,14 @@ def test_heartbeat_longer_than_half_lease_is_flagged(settings):
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"LEASE_SECONDS": 0}, {"LEASE_SECONDS": 10**400}, {"LEASE_SECONDS": "30"}, {"POLL_INTERVAL": float("nan")},
-        {"MAX_ATTEMPTS": 2.5}, {"MAX_ATTEMPTS": True}, {"PREFETCH": 10**6}, {"TICK_BATCH_SIZE": -1},
+        {"LEASE_SECONDS": 0},
+        {"LEASE_SECONDS": 10**400},
+        {"LEASE_SECONDS": "30"},
+        {"POLL_INTERVAL": float("nan")},
+        {"MAX_ATTEMPTS": 2.5},
+        {"MAX_ATTEMPTS": True},
+        {"PREFETCH": 10**6},
+        {"TICK_BATCH_SIZE": -1},
         {"MAX_PAYLOAD_BYTES": float("inf")},
     ],
 )
@@ -57,6 +63,13 @@ def test_choice_settings_outside_their_choices_are_errors(settings, overrides):
 
 
 def test_settings_at_their_bounds_are_fine(settings):
-    settings.DISTSCHED = {"LEASE_SECONDS": 86400, "MAX_ATTEMPTS": 1, "PREFETCH": 1000, "RETRY_BASE_SECONDS": 0,
-                          "HEARTBEAT_SECONDS": 0.5, "LOG_FORMAT": "json", "METRICS_PUBLIC": True}
+    settings.DISTSCHED = {
+        "LEASE_SECONDS": 86400,
+        "MAX_ATTEMPTS": 1,
+        "PREFETCH": 1000,
+        "RETRY_BASE_SECONDS": 0,
+        "HEARTBEAT_SECONDS": 0.5,
+        "LOG_FORMAT": "json",
+        "METRICS_PUBLIC": True,
+    }
     assert ids(settings) == set()

@@ -61,9 +61,16 @@ def test_kwargs_only_task_does_not_get_context():
 
 def test_context_fencing_token_and_cancel():
     flag = {"v": False}
-    ctx = RunContext(run_id=7, schedule_id=1, schedule_name="s", worker_id="w", attempt=3,
-                     scheduled_for=datetime(2026, 1, 1, tzinfo=timezone.utc), idempotency_key="s:x",
-                     _cancel_probe=lambda: flag["v"])
+    ctx = RunContext(
+        run_id=7,
+        schedule_id=1,
+        schedule_name="s",
+        worker_id="w",
+        attempt=3,
+        scheduled_for=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        idempotency_key="s:x",
+        _cancel_probe=lambda: flag["v"],
+    )
     assert ctx.fencing_token == "7:3"
     ctx.raise_if_cancelled()
     flag["v"] = True

@@ -102,8 +102,7 @@ def test_an_injected_clock_is_not_compared_with_the_database(monkeypatch, schedu
 def test_a_worker_whose_clock_runs_ahead_by_more_than_the_lease_steals_runs_but_fencing_holds(scheduler):
     """Why the warning matters: B's clock is 40 s ahead, so A's fresh 30 s lease already
     looks expired to B. B re-executes the run; A's late success is discarded (lease_lost)."""
-    scheduler.create_schedule(name="skew", task_name="tests.hook", interval_seconds=3600,
-                              kwargs={"name": "skew"})
+    scheduler.create_schedule(name="skew", task_name="tests.hook", interval_seconds=3600, kwargs={"name": "skew"})
     [run] = scheduler.tick()
     ahead = FakeClock(T0 + timedelta(seconds=40))
     a = scheduler.worker(worker_id="a", lease_seconds=30, heartbeat_seconds=3600)

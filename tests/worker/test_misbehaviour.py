@@ -117,8 +117,16 @@ def _misbehave_then_noop(scheduler, func, misbehaving, **options) -> tuple[Run, 
         (_raise(RecursionError("maximum recursion depth exceeded")), "RecursionError"),
         (_raise(MemoryError()), "MemoryError"),
     ],
-    ids=["SystemExit(0)", "sys.exit", "KeyboardInterrupt", "GeneratorExit", "broken-str", "broken-str-and-repr",
-         "RecursionError", "MemoryError"],
+    ids=[
+        "SystemExit(0)",
+        "sys.exit",
+        "KeyboardInterrupt",
+        "GeneratorExit",
+        "broken-str",
+        "broken-str-and-repr",
+        "RecursionError",
+        "MemoryError",
+    ],
 )
 def test_exceptions_from_task_code_are_failed_attempts(scheduler, misbehaving, func, expected):
     bad, _ = _misbehave_then_noop(scheduler, func, misbehaving)
@@ -226,8 +234,7 @@ def test_task_running_past_its_lease_keeps_it_while_the_worker_is_healthy(schedu
     """Lease 2 s, task 5 s, heartbeat 0.5 s: renewal keeps the run; an idle rival never takes it."""
     run = _due_run(scheduler, clock, "tests.record", kwargs={"sleep": 5}, max_attempts=3)
     workers = [
-        manage("runworker", f"--worker-id=w{i}", "--lease-seconds=2", "--heartbeat-seconds=0.5",
-               "--poll-interval=0.05")
+        manage("runworker", f"--worker-id=w{i}", "--lease-seconds=2", "--heartbeat-seconds=0.5", "--poll-interval=0.05")
         for i in range(2)
     ]
     try:
@@ -254,8 +261,14 @@ def test_poison_task_that_kills_the_interpreter_ends_dead_after_max_attempts(sch
     for _ in range(12):  # a supervisor restarting crashed workers
         if Run.objects.get(pk=run.pk).state == RunState.DEAD:
             break
-        proc = manage("runworker", "--worker-id=victim", "--lease-seconds=1", "--heartbeat-seconds=0.25",
-                      "--poll-interval=0.05", "--once")
+        proc = manage(
+            "runworker",
+            "--worker-id=victim",
+            "--lease-seconds=1",
+            "--heartbeat-seconds=0.25",
+            "--poll-interval=0.05",
+            "--once",
+        )
         # --once: exits 0 if the lease has not expired yet (nothing due), or dies in the task.
         [(code, _, stderr)] = finish([proc], timeout=BOOT)
         codes.append(code)

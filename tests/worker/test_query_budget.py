@@ -25,8 +25,8 @@ def queries_to_drain(scheduler, n: int, prefetch: int) -> int:
 
 
 def test_statements_per_batch_do_not_grow_with_runs(scheduler):
-    small = queries_to_drain(scheduler, 8, prefetch=8)    # one batch
-    large = queries_to_drain(scheduler, 32, prefetch=8)   # four batches
+    small = queries_to_drain(scheduler, 8, prefetch=8)  # one batch
+    large = queries_to_drain(scheduler, 32, prefetch=8)  # four batches
     per_batch = (large - small) / 3
     print(f"\nstatements: {small} for 1 batch of 8, {large} for 4 batches; {per_batch:g} per extra batch of 8")
     # Claim (select + 2 updates + events) and flush (select + update + events), with their

@@ -54,8 +54,15 @@ def failing_once(monkeypatch, module, name: str, exc: BaseException) -> list[int
 
 
 def two_runs(scheduler, first_task: str = "tests.noop", **first_kwargs) -> tuple[Run, Run]:
-    scheduler.create_schedule(name="a-first", task_name=first_task, interval_seconds=3600, kwargs=first_kwargs,
-                              max_attempts=3, retry_base_seconds=0, retry_max_seconds=0)
+    scheduler.create_schedule(
+        name="a-first",
+        task_name=first_task,
+        interval_seconds=3600,
+        kwargs=first_kwargs,
+        max_attempts=3,
+        retry_base_seconds=0,
+        retry_max_seconds=0,
+    )
     scheduler.create_schedule(name="b-second", task_name="tests.noop", interval_seconds=3600)
     scheduler.tick()
     return Run.objects.get(schedule__name="a-first"), Run.objects.get(schedule__name="b-second")
@@ -83,8 +90,11 @@ def assert_recovered_later(scheduler, clock, run: Run, expected_state: str) -> N
 
 
 def logged_for(caplog, run: Run) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if str(run.pk) in str(getattr(r, "distsched", {}).get("run_id", ""))
-            and r.levelno >= logging.ERROR]
+    return [
+        r
+        for r in caplog.records
+        if str(run.pk) in str(getattr(r, "distsched", {}).get("run_id", "")) and r.levelno >= logging.ERROR
+    ]
 
 
 @pytest.mark.parametrize("kind", KINDS)

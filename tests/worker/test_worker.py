@@ -26,8 +26,9 @@ def worker(scheduler):
 
 
 def test_run_once_executes_task_with_args(scheduler, worker):
-    scheduler.create_schedule(name="e", task_name="tests.echo", interval_seconds=60,
-                              args=[1, "two"], kwargs={"three": 3})
+    scheduler.create_schedule(
+        name="e", task_name="tests.echo", interval_seconds=60, args=[1, "two"], kwargs={"three": 3}
+    )
     scheduler.tick()
     execution = worker.run_once()
     assert execution.state == RunState.SUCCEEDED
@@ -61,8 +62,14 @@ def test_context_is_passed_only_to_tasks_that_accept_it(scheduler, worker):
 
 
 def test_failing_task_retries_then_dies(scheduler, worker, clock):
-    scheduler.create_schedule(name="f", task_name="tests.fail", interval_seconds=3600, max_attempts=2,
-                              retry_base_seconds=5, kwargs={"message": "kaput"})
+    scheduler.create_schedule(
+        name="f",
+        task_name="tests.fail",
+        interval_seconds=3600,
+        max_attempts=2,
+        retry_base_seconds=5,
+        kwargs={"message": "kaput"},
+    )
     scheduler.tick()
     first = worker.run_once()
     assert first.state == RunState.RETRYING and first.error == "ValueError: kaput"
@@ -115,8 +122,7 @@ def test_non_json_result_is_stored_as_repr():
 
 
 def test_cooperative_cancel_seen_by_task(scheduler, worker):
-    scheduler.create_schedule(name="c", task_name="tests.cancellable", interval_seconds=60,
-                              kwargs={"hook": "cancel"})
+    scheduler.create_schedule(name="c", task_name="tests.cancellable", interval_seconds=60, kwargs={"hook": "cancel"})
     test_tasks.HOOKS["cancel"] = lambda context: scheduler.cancel_run(context.run_id)
     scheduler.tick()
     execution = worker.run_once()
@@ -146,8 +152,7 @@ def test_heartbeat_renews_lease_of_long_task(scheduler, clock):
         return "done"
 
     test_tasks.HOOKS["long"] = long_task
-    scheduler.create_schedule(name="long", task_name="tests.hook", interval_seconds=3600,
-                              kwargs={"name": "long"})
+    scheduler.create_schedule(name="long", task_name="tests.hook", interval_seconds=3600, kwargs={"name": "long"})
     scheduler.tick()
     assert worker.run_once().state == RunState.SUCCEEDED
     assert seen == [None] * 4  # the rival never got the run
@@ -166,8 +171,7 @@ def test_worker_that_stopped_heartbeating_loses_run(scheduler, clock):
         return context.worker_id
 
     test_tasks.HOOKS["stall"] = first_execution_stalls
-    scheduler.create_schedule(name="s", task_name="tests.hook", interval_seconds=3600,
-                              kwargs={"name": "stall"})
+    scheduler.create_schedule(name="s", task_name="tests.hook", interval_seconds=3600, kwargs={"name": "stall"})
     scheduler.tick()
     zombie_result = zombie.run_once()
     assert outcome["rival"].state == RunState.SUCCEEDED
@@ -191,8 +195,7 @@ def test_run_with_max_runs_and_burst(scheduler, clock):
 def test_request_stop_finishes_current_run_and_claims_nothing_more(scheduler, clock):
     worker = scheduler.worker(worker_id="w", heartbeat_seconds=3600)
     for i in range(3):
-        scheduler.create_schedule(name=f"g{i}", task_name="tests.hook", interval_seconds=60,
-                                  kwargs={"name": "stop"})
+        scheduler.create_schedule(name=f"g{i}", task_name="tests.hook", interval_seconds=60, kwargs={"name": "stop"})
     test_tasks.HOOKS["stop"] = lambda context: worker.request_stop()
     scheduler.tick()
     assert worker.run(install_signals=False) == 1

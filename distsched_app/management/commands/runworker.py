@@ -17,25 +17,43 @@ class Command(DistschedCommand):
 
     def add_command_arguments(self, parser: Any) -> None:
         parser.add_argument("--worker-id", help="Stable id for this worker (default: host-pid-random).")
-        parser.add_argument("--queues", type=queue_list, default=None,
-                            help="Comma-separated queues to serve (default: default).")
-        parser.add_argument("--lease-seconds", type=positive_float, default=None,
-                            help="Lease length; another worker may take a run after it expires.")
-        parser.add_argument("--heartbeat-seconds", type=positive_float, default=None,
-                            help="Heartbeat and lease-renewal period.")
-        parser.add_argument("--poll-interval", type=positive_float, default=None,
-                            help="Seconds to wait when nothing is due.")
-        parser.add_argument("--prefetch", type=positive_int, default=None,
-                            help="Claim up to N runs per transaction while tasks are quick (default: PREFETCH).")
-        parser.add_argument("--concurrency", type=positive_int, default=1,
-                            help="Run up to N tasks at once in threads (for I/O-bound tasks).")
-        parser.add_argument("--with-tick", action="store_true",
-                            help="Also tick schedules (safe with several tickers).")
+        parser.add_argument(
+            "--queues", type=queue_list, default=None, help="Comma-separated queues to serve (default: default)."
+        )
+        parser.add_argument(
+            "--lease-seconds",
+            type=positive_float,
+            default=None,
+            help="Lease length; another worker may take a run after it expires.",
+        )
+        parser.add_argument(
+            "--heartbeat-seconds", type=positive_float, default=None, help="Heartbeat and lease-renewal period."
+        )
+        parser.add_argument(
+            "--poll-interval", type=positive_float, default=None, help="Seconds to wait when nothing is due."
+        )
+        parser.add_argument(
+            "--prefetch",
+            type=positive_int,
+            default=None,
+            help="Claim up to N runs per transaction while tasks are quick (default: PREFETCH).",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=1,
+            help="Run up to N tasks at once in threads (for I/O-bound tasks).",
+        )
+        parser.add_argument("--with-tick", action="store_true", help="Also tick schedules (safe with several tickers).")
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--once", action="store_true", help="Execute at most one run, then exit 0.")
         mode.add_argument("--burst", action="store_true", help="Execute until nothing is due, then exit 0.")
-        parser.add_argument("--max-runs", type=positive_int, default=None,
-                            help="Exit after this many executions, whatever their outcome.")
+        parser.add_argument(
+            "--max-runs",
+            type=positive_int,
+            default=None,
+            help="Exit after this many executions, whatever their outcome.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

@@ -21,8 +21,12 @@ class Command(DistschedCommand):
 
     def add_command_arguments(self, parser: Any) -> None:
         parser.add_argument("--loop", action="store_true", help="Keep ticking until SIGTERM/SIGINT.")
-        parser.add_argument("--interval", type=seconds_up_to(3600), default=None,
-                            help="Seconds between ticks with --loop (default: POLL_INTERVAL).")
+        parser.add_argument(
+            "--interval",
+            type=seconds_up_to(3600),
+            default=None,
+            help="Seconds between ticks with --loop (default: POLL_INTERVAL).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["interval"] is not None and not options["loop"]:
@@ -40,13 +44,19 @@ class Command(DistschedCommand):
         backoff = Backoff(initial=min(interval * 2, 30.0), maximum=30.0)
 
         def log_retry(exc: BaseException, delay: float) -> None:
-            logger.warning("database error in tick loop; backing off",
-                           extra={"distsched": {"error": str(exc), "retry_in": delay}})
+            logger.warning(
+                "database error in tick loop; backing off", extra={"distsched": {"error": str(exc), "retry_in": delay}}
+            )
 
         while not stop.is_set():
             try:
-                retry_transient(lambda: tick(now=current_clock().now()), backoff=backoff,
-                                give_up=lambda tries, elapsed: stop.is_set(), on_retry=log_retry, wait=stop.wait)
+                retry_transient(
+                    lambda: tick(now=current_clock().now()),
+                    backoff=backoff,
+                    give_up=lambda tries, elapsed: stop.is_set(),
+                    on_retry=log_retry,
+                    wait=stop.wait,
+                )
             except TRANSIENT_ERRORS:
                 break  # asked to stop while the database was failing
             backoff.reset()

@@ -15,9 +15,29 @@ from tests.factories import succeed
 pytestmark = pytest.mark.django_db
 
 RUN_KEYS = {
-    "id", "schedule", "task_name", "args", "kwargs", "state", "scheduled_for", "available_at", "attempts",
-    "max_attempts", "lease_owner", "lease_expires_at", "started_at", "finished_at", "last_error", "result",
-    "queue", "origin", "idempotency_key", "cancel_requested", "fencing_token", "created_at", "updated_at",
+    "id",
+    "schedule",
+    "task_name",
+    "args",
+    "kwargs",
+    "state",
+    "scheduled_for",
+    "available_at",
+    "attempts",
+    "max_attempts",
+    "lease_owner",
+    "lease_expires_at",
+    "started_at",
+    "finished_at",
+    "last_error",
+    "result",
+    "queue",
+    "origin",
+    "idempotency_key",
+    "cancel_requested",
+    "fencing_token",
+    "created_at",
+    "updated_at",
 }
 
 
@@ -35,11 +55,18 @@ def make_runs(make_schedule):
         for k in range(n):
             schedule = schedules[k % 3]
             slot = T0 + timedelta(minutes=k)
-            runs.append(Run(
-                schedule=schedule, task_name=schedule.task_name, scheduled_for=slot, available_at=slot,
-                queue=schedule.queue, idempotency_key=f"{schedule.name}:{slot.isoformat()}",
-                created_at=slot, updated_at=slot,
-            ))
+            runs.append(
+                Run(
+                    schedule=schedule,
+                    task_name=schedule.task_name,
+                    scheduled_for=slot,
+                    available_at=slot,
+                    queue=schedule.queue,
+                    idempotency_key=f"{schedule.name}:{slot.isoformat()}",
+                    created_at=slot,
+                    updated_at=slot,
+                )
+            )
         Run.objects.bulk_create(runs)
         return list(Run.objects.order_by("id"))
 
@@ -178,8 +205,9 @@ def test_detail_of_a_finished_run_has_result_and_error(api, api_clock, scheduler
     first = claim(api_clock)
     succeed(first.pk, worker_id="w1", attempt=1, now=api_clock.now(), result={"n": 3})
     second = claim(api_clock)
-    outcomes.record_failure(run_id=second.pk, worker_id="w1", attempt=1, now=api_clock.now(), error="boom",
-                            traceback_text="Traceback ...")
+    outcomes.record_failure(
+        run_id=second.pk, worker_id="w1", attempt=1, now=api_clock.now(), error="boom", traceback_text="Traceback ..."
+    )
     assert api.get(f"/api/runs/{first.pk}").json()["result"] == {"n": 3}
     dead = api.get(f"/api/runs/{second.pk}").json()
     assert dead["state"] == "dead" and dead["last_error"].startswith("boom")

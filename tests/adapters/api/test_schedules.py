@@ -13,9 +13,27 @@ from tests.conftest import T0
 pytestmark = pytest.mark.django_db
 
 SCHEDULE_KEYS = {
-    "name", "task_name", "args", "kwargs", "kind", "interval_seconds", "cron", "timezone", "run_at", "start_at",
-    "next_run_at", "paused", "max_attempts", "retry_base_seconds", "retry_max_seconds", "retry_jitter",
-    "catch_up", "overlap", "queue", "created_at", "updated_at",
+    "name",
+    "task_name",
+    "args",
+    "kwargs",
+    "kind",
+    "interval_seconds",
+    "cron",
+    "timezone",
+    "run_at",
+    "start_at",
+    "next_run_at",
+    "paused",
+    "max_attempts",
+    "retry_base_seconds",
+    "retry_max_seconds",
+    "retry_jitter",
+    "catch_up",
+    "overlap",
+    "queue",
+    "created_at",
+    "updated_at",
 }
 
 
@@ -36,8 +54,16 @@ def create(api, **body):
 
 def test_create_interval_schedule(api, api_clock):
     api_clock.advance(seconds=30)
-    response = create(api, name="billing", task_name="tests.echo", kwargs={"account": 42}, args=[1, "a"],
-                      interval_seconds=60, max_attempts=5, queue="slow")
+    response = create(
+        api,
+        name="billing",
+        task_name="tests.echo",
+        kwargs={"account": 42},
+        args=[1, "a"],
+        interval_seconds=60,
+        max_attempts=5,
+        queue="slow",
+    )
     assert response.status_code == 201, response.json()
     body = response.json()
     assert set(body) == SCHEDULE_KEYS | {"upcoming", "last_run"}
@@ -210,7 +236,9 @@ def test_detail_shows_upcoming_and_last_run(api, api_clock, scheduler, make_sche
     triggered = scheduler.trigger("s1")
     scheduler.cancel_run(triggered.pk)
     assert api.get(url).json()["last_run"] == {
-        "id": triggered.pk, "state": "cancelled", "scheduled_for": iso(T0 + timedelta(minutes=5)),
+        "id": triggered.pk,
+        "state": "cancelled",
+        "scheduled_for": iso(T0 + timedelta(minutes=5)),
         "finished_at": iso(T0 + timedelta(minutes=5)),
     }
 
@@ -240,15 +268,23 @@ def test_dates_near_the_end_of_time_are_refused(api, make_schedule):
     # The service itself refuses them (recurrence arithmetic would overflow year 9999).
     with pytest.raises(ValidationError):
         make_schedule("far", interval_seconds=3600, start_at=datetime(9999, 12, 31, 21, tzinfo=timezone.utc))
-    response = api.post("/api/schedules", {"name": "far", "task_name": "tests.noop", "interval_seconds": 60,
-                                           "start_at": "9999-12-31T21:00:00Z"})
+    response = api.post(
+        "/api/schedules",
+        {"name": "far", "task_name": "tests.noop", "interval_seconds": 60, "start_at": "9999-12-31T21:00:00Z"},
+    )
     assert response.status_code == 400 and "start_at" in response.json()
 
 
 @pytest.mark.parametrize("name", ["nope", "%00", "a%20b", "x" * 300])
 def test_unknown_schedule_is_404_everywhere(api, name):
-    for method, suffix in [("get", ""), ("patch", ""), ("delete", ""), ("post", "/pause"), ("post", "/resume"),
-                           ("post", "/trigger")]:
+    for method, suffix in [
+        ("get", ""),
+        ("patch", ""),
+        ("delete", ""),
+        ("post", "/pause"),
+        ("post", "/resume"),
+        ("post", "/trigger"),
+    ]:
         response = getattr(api, method)(f"/api/schedules/{name}{suffix}")
         assert response.status_code == 404, (method, suffix, response.content)
         assert "detail" in response.json()

@@ -14,8 +14,18 @@ from tests.factories import succeed
 pytestmark = pytest.mark.django_db
 
 WORKER_KEYS = {
-    "worker_id", "hostname", "pid", "queues", "status", "stale", "started_at", "heartbeat_at",
-    "heartbeat_age_seconds", "current_run", "clock_skew_seconds", "runs_executed",
+    "worker_id",
+    "hostname",
+    "pid",
+    "queues",
+    "status",
+    "stale",
+    "started_at",
+    "heartbeat_at",
+    "heartbeat_age_seconds",
+    "current_run",
+    "clock_skew_seconds",
+    "runs_executed",
 }
 
 
@@ -34,8 +44,9 @@ def test_workers_with_derived_liveness(api, api_clock, scheduler, make_schedule,
     workers.set_status(worker_id="c-stopped", status=WorkerStatus.STOPPED, now=api_clock.now())
     api_clock.advance(seconds=45)
     claiming.claim_next_run(worker_id="a-fresh", queues=None, lease_seconds=30, now=api_clock.now())
-    workers.heartbeat(worker_id="a-fresh", now=api_clock.now(), current_run_id=run.pk, runs_executed=3,
-                      clock_skew_seconds=0.25)
+    workers.heartbeat(
+        worker_id="a-fresh", now=api_clock.now(), current_run_id=run.pk, runs_executed=3, clock_skew_seconds=0.25
+    )
     api_clock.advance(seconds=5)
 
     response = api.get(url)

@@ -53,19 +53,55 @@ def error_of(cli, *args: str) -> str:
 
 
 def test_create_interval_schedule(cli):
-    out = cli("schedule", "create", "every-minute", "--task", "tests.echo", "--interval", "60",
-              "--args", "[1, 2]", "--kwargs", '{"x": "y"}', "--queue", "emails", "--max-attempts", "5")
+    out = cli(
+        "schedule",
+        "create",
+        "every-minute",
+        "--task",
+        "tests.echo",
+        "--interval",
+        "60",
+        "--args",
+        "[1, 2]",
+        "--kwargs",
+        '{"x": "y"}',
+        "--queue",
+        "emails",
+        "--max-attempts",
+        "5",
+    )
     assert out == "created schedule every-minute: every 60s, task tests.echo, next run at 2026-03-02T09:00:00Z\n"
     s = Schedule.objects.get(name="every-minute")
     assert (s.kind, s.interval_seconds, s.args, s.kwargs, s.queue, s.max_attempts) == (
-        "interval", 60, [1, 2], {"x": "y"}, "emails", 5)
+        "interval",
+        60,
+        [1, 2],
+        {"x": "y"},
+        "emails",
+        5,
+    )
     assert s.next_run_at == T0 and not s.paused
 
 
 def test_create_cron_schedule_with_every_option(cli_json):
-    doc = cli_json("schedule", "create", "nightly", "--task", "tests.noop", "--cron", "0 3 * * *",
-                   "--timezone", "Europe/Paris", "--start-at", "2026-04-01T00:00:00+00:00",
-                   "--catch-up", "skip", "--overlap", "skip", "--paused")
+    doc = cli_json(
+        "schedule",
+        "create",
+        "nightly",
+        "--task",
+        "tests.noop",
+        "--cron",
+        "0 3 * * *",
+        "--timezone",
+        "Europe/Paris",
+        "--start-at",
+        "2026-04-01T00:00:00+00:00",
+        "--catch-up",
+        "skip",
+        "--overlap",
+        "skip",
+        "--paused",
+    )
     assert doc["name"] == "nightly" and doc["kind"] == "cron" and doc["cron"] == "0 3 * * *"
     assert (doc["timezone"], doc["catch_up"], doc["overlap"], doc["paused"]) == ("Europe/Paris", "skip", "skip", True)
     assert doc["next_run_at"] == "2026-04-01T01:00:00Z"  # 03:00 in Paris (CEST) after start_at
@@ -78,17 +114,20 @@ def test_create_once_schedule(cli):
     assert Schedule.objects.get(name="once").run_at == T0 + timedelta(days=1, hours=1)
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["--task", "tests.nope", "--interval", "60"], "no task registered as 'tests.nope'"),
-    (["--task", "tests.noop", "--run-at", "2020-01-01T00:00:00Z"], "is in the past"),
-    (["--task", "tests.noop", "--run-at", "tomorrow"], "run_at is not an ISO 8601 datetime"),
-    (["--task", "tests.noop", "--run-at", "2027-01-01T00:00:00"], "needs a time zone offset"),
-    (["--task", "tests.noop", "--cron", "99 * * * *"], "invalid cron expression"),
-    (["--task", "tests.noop", "--cron", "0 3 * * *", "--timezone", "Mars/Base"], "unknown time zone"),
-    (["--task", "tests.noop", "--interval", "60", "--args", '{"a": 1}'], "args must be a JSON"),
-    (["--task", "tests.noop", "--interval", "60", "--kwargs", "[1]"], "kwargs must be a JSON"),
-    (["--task", "tests.noop", "--interval", "60", "--queue", "no spaces"], "queue may contain only"),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--task", "tests.nope", "--interval", "60"], "no task registered as 'tests.nope'"),
+        (["--task", "tests.noop", "--run-at", "2020-01-01T00:00:00Z"], "is in the past"),
+        (["--task", "tests.noop", "--run-at", "tomorrow"], "run_at is not an ISO 8601 datetime"),
+        (["--task", "tests.noop", "--run-at", "2027-01-01T00:00:00"], "needs a time zone offset"),
+        (["--task", "tests.noop", "--cron", "99 * * * *"], "invalid cron expression"),
+        (["--task", "tests.noop", "--cron", "0 3 * * *", "--timezone", "Mars/Base"], "unknown time zone"),
+        (["--task", "tests.noop", "--interval", "60", "--args", '{"a": 1}'], "args must be a JSON"),
+        (["--task", "tests.noop", "--interval", "60", "--kwargs", "[1]"], "kwargs must be a JSON"),
+        (["--task", "tests.noop", "--interval", "60", "--queue", "no spaces"], "queue may contain only"),
+    ],
+)
 def test_create_typed_errors_are_one_line(cli, args, expected):
     assert expected in error_of(cli, "schedule", "create", "s", *args)
     assert not Schedule.objects.exists()
@@ -97,23 +136,27 @@ def test_create_typed_errors_are_one_line(cli, args, expected):
 def test_create_duplicate_name(cli):
     cli("schedule", "create", "dup", "--task", "tests.noop", "--interval", "60")
     assert error_of(cli, "schedule", "create", "dup", "--task", "tests.noop", "--interval", "5") == (
-        "a schedule named 'dup' already exists")
+        "a schedule named 'dup' already exists"
+    )
 
 
 def test_create_invalid_name(cli):
     assert "slug" in error_of(cli, "schedule", "create", "not a slug", "--task", "tests.noop", "--interval", "5")
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["--task", "tests.noop"], "one of the arguments --interval --cron --run-at is required"),
-    (["--task", "tests.noop", "--interval", "60", "--cron", "* * * * *"], "not allowed with argument"),
-    (["--interval", "60"], "the following arguments are required: --task"),
-    (["--task", "tests.noop", "--interval", "0"], "argument --interval: '0' must be at least 1"),
-    (["--task", "tests.noop", "--interval", "60", "--args", "[1,"], "argument --args: invalid JSON"),
-    (["--task", "tests.noop", "--interval", "60", "--kwargs", "{x}"], "argument --kwargs: invalid JSON"),
-    (["--task", "tests.noop", "--interval", "60", "--catch-up", "most"], "argument --catch-up: invalid choice"),
-    (["--task", "tests.noop", "--interval", "60", "--max-attempts", "x"], "'x' is not a whole number"),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--task", "tests.noop"], "one of the arguments --interval --cron --run-at is required"),
+        (["--task", "tests.noop", "--interval", "60", "--cron", "* * * * *"], "not allowed with argument"),
+        (["--interval", "60"], "the following arguments are required: --task"),
+        (["--task", "tests.noop", "--interval", "0"], "argument --interval: '0' must be at least 1"),
+        (["--task", "tests.noop", "--interval", "60", "--args", "[1,"], "argument --args: invalid JSON"),
+        (["--task", "tests.noop", "--interval", "60", "--kwargs", "{x}"], "argument --kwargs: invalid JSON"),
+        (["--task", "tests.noop", "--interval", "60", "--catch-up", "most"], "argument --catch-up: invalid choice"),
+        (["--task", "tests.noop", "--interval", "60", "--max-attempts", "x"], "'x' is not a whole number"),
+    ],
+)
 def test_create_bad_arguments_are_one_line(cli, args, expected):
     assert expected in error_of(cli, "schedule", "create", "s", *args)
 
@@ -138,8 +181,17 @@ def test_schedule_list_table_json_and_filters(cli, cli_json, make_schedule, sche
     assert lines[0].split() == ["NAME", "TASK", "SCHEDULE", "NEXT", "RUN", "PAUSED", "QUEUE", "CATCH-UP", "OVERLAP"]
     assert lines[1].startswith("a-cron ") and "cron */5 * * * * (America/New_York)" in lines[1]
     assert " yes " in lines[1]
-    assert lines[2].split() == ["b-interval", "tests.noop", "every", "300s", "2026-03-02T09:00:00Z", "no", "q2",
-                                "one", "allow"]
+    assert lines[2].split() == [
+        "b-interval",
+        "tests.noop",
+        "every",
+        "300s",
+        "2026-03-02T09:00:00Z",
+        "no",
+        "q2",
+        "one",
+        "allow",
+    ]
     assert [s["name"] for s in cli_json("schedule", "list")] == ["a-cron", "b-interval"]
     assert [s["name"] for s in cli_json("schedule", "list", "--paused")] == ["a-cron"]
     assert [s["name"] for s in cli_json("schedule", "list", "--active")] == ["b-interval"]
@@ -155,8 +207,12 @@ def test_schedule_show(cli, cli_json, make_schedule, scheduler):
     run = scheduler.trigger("s")
     doc = cli_json("schedule", "show", "s")
     assert doc["upcoming"] == [iso_utc(T0 + timedelta(minutes=10 * k)) for k in range(5)]
-    assert doc["last_run"] == {"id": run.pk, "state": "pending", "scheduled_for": "2026-03-02T09:00:00Z",
-                               "finished_at": None}
+    assert doc["last_run"] == {
+        "id": run.pk,
+        "state": "pending",
+        "scheduled_for": "2026-03-02T09:00:00Z",
+        "finished_at": None,
+    }
     assert error_of(cli, "schedule", "show", "nope") == "no schedule named 'nope'"
 
 
@@ -198,8 +254,14 @@ def three_runs(make_schedule, scheduler, clock):
     clock.advance(seconds=2)
     succeed(first.pk, worker_id="w", attempt=1, now=clock.now())
     claiming.claim_next_run(worker_id="w", queues=["q2"], lease_seconds=30, now=clock.now())
-    outcomes.record_failure(run_id=second.pk, worker_id="w", attempt=1, now=clock.now(), error="ValueError: boom",
-                            traceback_text="Traceback (most recent call last):\n  ...")
+    outcomes.record_failure(
+        run_id=second.pk,
+        worker_id="w",
+        attempt=1,
+        now=clock.now(),
+        error="ValueError: boom",
+        traceback_text="Traceback (most recent call last):\n  ...",
+    )
     third = scheduler.trigger("s-a")
     return first, second, third
 
@@ -249,7 +311,8 @@ def test_run_cancel(cli, cli_json, three_runs, clock):
     assert Run.objects.get(pk=pending.pk).state == RunState.CANCELLED
     assert RunEvent.objects.filter(run=pending, event_type="cancelled").get().message.endswith("distsched command")
     assert error_of(cli, "run", "cancel", str(succeeded.pk)) == (
-        f"run {succeeded.pk} is succeeded; only pending, retrying, leased or running runs can be cancelled")
+        f"run {succeeded.pk} is succeeded; only pending, retrying, leased or running runs can be cancelled"
+    )
     assert error_of(cli, "run", "cancel", "12345") == "no run with id 12345"
 
 
@@ -267,7 +330,8 @@ def test_run_requeue(cli, three_runs):
     dead.refresh_from_db()
     assert (dead.state, dead.attempts, dead.max_attempts) == (RunState.PENDING, 1, 2)
     assert error_of(cli, "run", "requeue", str(succeeded.pk)) == (
-        f"run {succeeded.pk} is succeeded; only dead or cancelled runs can be requeued")
+        f"run {succeeded.pk} is succeeded; only dead or cancelled runs can be requeued"
+    )
 
 
 # ------------------------------------------------------------- workers, stats, prune
@@ -283,20 +347,41 @@ def test_worker_list(cli, cli_json, clock, settings, make_schedule, scheduler):
         workers.register_worker(worker_id=wid, hostname="host1", pid=7, queues=["default", "q2"], now=clock.now())
     workers.set_status(worker_id="done", status=WorkerStatus.STOPPED, now=clock.now())
     clock.advance(seconds=40)
-    workers.heartbeat(worker_id="busy", now=clock.now() - timedelta(seconds=2), current_run_id=run.pk,
-                      clock_skew_seconds=0.25)
+    workers.heartbeat(
+        worker_id="busy", now=clock.now() - timedelta(seconds=2), current_run_id=run.pk, clock_skew_seconds=0.25
+    )
     doc = {w["worker_id"]: w for w in cli_json("worker", "list")}
-    assert {k: doc["busy"][k] for k in ("liveness", "stale", "heartbeat_age_seconds", "current_run",
-                                        "clock_skew_seconds", "status")} == {
-        "liveness": "alive", "stale": False, "heartbeat_age_seconds": 2.0, "current_run": run.pk,
-        "clock_skew_seconds": 0.25, "status": "active"}
+    assert {
+        k: doc["busy"][k]
+        for k in ("liveness", "stale", "heartbeat_age_seconds", "current_run", "clock_skew_seconds", "status")
+    } == {
+        "liveness": "alive",
+        "stale": False,
+        "heartbeat_age_seconds": 2.0,
+        "current_run": run.pk,
+        "clock_skew_seconds": 0.25,
+        "status": "active",
+    }
     assert (doc["silent"]["liveness"], doc["silent"]["stale"], doc["silent"]["heartbeat_age_seconds"]) == (
-        "stale", True, 40.0)
+        "stale",
+        True,
+        40.0,
+    )
     assert (doc["done"]["liveness"], doc["done"]["stale"]) == ("stopped", False)
     lines = cli("worker", "list").splitlines()
     assert lines[0].split()[:6] == ["WORKER", "HOST", "PID", "QUEUES", "STATUS", "LIVENESS"]
-    assert lines[1].split() == ["busy", "host1", "7", "default,q2", "active", "alive", "2.0s", str(run.pk), "0",
-                                "250ms"]
+    assert lines[1].split() == [
+        "busy",
+        "host1",
+        "7",
+        "default,q2",
+        "active",
+        "alive",
+        "2.0s",
+        str(run.pk),
+        "0",
+        "250ms",
+    ]
     assert lines[3].split()[:6] == ["silent", "host1", "7", "default,q2", "active", "stale"]
 
 
@@ -319,16 +404,24 @@ def test_prune(cli, cli_json, three_runs, clock):
     assert {k: doc[k] for k in ("runs", "events", "dry_run")} == {"runs": 2, "events": 9, "dry_run": True}
     assert Run.objects.count() == 3
     out = cli("prune", "--older-than", "30d", "--batch-size", "1")
-    assert out == ("deleted 2 run(s) finished before 2026-03-03T09:00:02Z, 9 event(s) and 0 worker(s) "
-                   "silent since then\n")
+    assert out == (
+        "deleted 2 run(s) finished before 2026-03-03T09:00:02Z, 9 event(s) and 0 worker(s) silent since then\n"
+    )
     assert list(Run.objects.values_list("pk", flat=True)) == [third.pk]
     assert cli_json("prune", "--older-than", "1h")["runs"] == 0
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    ("30", "is not a duration"), ("30x", "is not a duration"), ("", "is not a duration"),
-    ("-1d", "is not a duration"), ("0s", "must be a positive duration"), ("1d 2h", "is not a duration"),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("30", "is not a duration"),
+        ("30x", "is not a duration"),
+        ("", "is not a duration"),
+        ("-1d", "is not a duration"),
+        ("0s", "must be a positive duration"),
+        ("1d 2h", "is not a duration"),
+    ],
+)
 def test_prune_bad_durations(cli, value, expected):
     assert expected in error_of(cli, "prune", f"--older-than={value}")
 
@@ -337,10 +430,18 @@ def test_prune_requires_older_than(cli):
     assert "the following arguments are required: --older-than" in error_of(cli, "prune")
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("30d", 30 * 86400), ("12h", 43200), ("90m", 5400), ("45s", 45), ("1d12h", 129600), ("1.5h", 5400),
-    ("2D", 172800),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30d", 30 * 86400),
+        ("12h", 43200),
+        ("90m", 5400),
+        ("45s", 45),
+        ("1d12h", 129600),
+        ("1.5h", 5400),
+        ("2D", 172800),
+    ],
+)
 def test_duration_units(text, seconds):
     from distsched_app.management.cli.args import duration
 
@@ -349,8 +450,15 @@ def test_duration_units(text, seconds):
 
 def test_json_output_is_only_json(cli, make_schedule, three_runs):
     run_id = str(three_runs[0].pk)
-    for args in (("schedule", "list"), ("schedule", "show", "s-a"), ("run", "list"), ("run", "show", run_id),
-                 ("worker", "list"), ("stats",), ("prune", "--older-than", "1d", "--dry-run")):
+    for args in (
+        ("schedule", "list"),
+        ("schedule", "show", "s-a"),
+        ("run", "list"),
+        ("run", "show", run_id),
+        ("worker", "list"),
+        ("stats",),
+        ("prune", "--older-than", "1d", "--dry-run"),
+    ):
         json.loads(cli(*args, "--json"))  # the whole of stdout parses
 
 

@@ -15,18 +15,33 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # (argv, expected exit code, expected start of the one stderr line)
 FAILURES = [
     (["distsched"], 2, "manage.py distsched: error: the following arguments are required"),
-    (["distsched", "schedule", "create"], 2,
-     "manage.py distsched schedule create: error: the following arguments are required: NAME, --task"),
-    (["distsched", "schedule", "create", "x", "--task", "tests.noop"], 2,
-     "manage.py distsched schedule create: error: one of the arguments --interval --cron --run-at is required"),
-    (["distsched", "schedule", "create", "x", "--task", "tests.noop", "--interval", "60", "--args", "[1,"], 2,
-     "manage.py distsched schedule create: error: argument --args: invalid JSON"),
+    (
+        ["distsched", "schedule", "create"],
+        2,
+        "manage.py distsched schedule create: error: the following arguments are required: NAME, --task",
+    ),
+    (
+        ["distsched", "schedule", "create", "x", "--task", "tests.noop"],
+        2,
+        "manage.py distsched schedule create: error: one of the arguments --interval --cron --run-at is required",
+    ),
+    (
+        ["distsched", "schedule", "create", "x", "--task", "tests.noop", "--interval", "60", "--args", "[1,"],
+        2,
+        "manage.py distsched schedule create: error: argument --args: invalid JSON",
+    ),
     (["distsched", "prune", "--older-than", "soon"], 2, "manage.py distsched prune: error: argument --older-than"),
     (["distsched", "run", "show", "999"], 1, "CommandError: no run with id 999"),
-    (["distsched", "schedule", "create", "taken", "--task", "tests.noop", "--interval", "60"], 1,
-     "CommandError: a schedule named 'taken' already exists"),
-    (["distsched", "schedule", "create", "x", "--task", "tests.missing", "--interval", "60"], 1,
-     "CommandError: no task registered as 'tests.missing'"),
+    (
+        ["distsched", "schedule", "create", "taken", "--task", "tests.noop", "--interval", "60"],
+        1,
+        "CommandError: a schedule named 'taken' already exists",
+    ),
+    (
+        ["distsched", "schedule", "create", "x", "--task", "tests.missing", "--interval", "60"],
+        1,
+        "CommandError: no task registered as 'tests.missing'",
+    ),
     (["distsched", "run", "requeue", "RUN"], 1, "CommandError: run RUN is pending; only dead or cancelled"),
 ]
 
@@ -35,8 +50,10 @@ def test_errors_are_one_line_on_stderr_with_a_non_zero_exit():
     now = SystemClock().now()
     schedules.create_schedule(name="taken", task_name="tests.noop", interval_seconds=60, now=now)
     run = schedules.trigger_schedule("taken", now=now)
-    cases = [([str(run.pk) if a == "RUN" else a for a in argv], code, line.replace("RUN", str(run.pk)))
-             for argv, code, line in FAILURES]
+    cases = [
+        ([str(run.pk) if a == "RUN" else a for a in argv], code, line.replace("RUN", str(run.pk)))
+        for argv, code, line in FAILURES
+    ]
     procs = [manage(*argv) for argv, _, _ in cases]  # in parallel: each pays Django's start-up once
     for (argv, code, line), (returncode, stdout, stderr) in zip(cases, finish(procs, timeout=120), strict=True):
         assert returncode == code, (argv, stderr)
@@ -47,8 +64,21 @@ def test_errors_are_one_line_on_stderr_with_a_non_zero_exit():
 
 
 def test_json_on_stdout_and_nothing_else():
-    create = manage("distsched", "schedule", "create", "nightly", "--task", "tests.echo", "--cron", "0 3 * * *",
-                    "--timezone", "Europe/Paris", "--kwargs", '{"account_id": 42}', "--json")
+    create = manage(
+        "distsched",
+        "schedule",
+        "create",
+        "nightly",
+        "--task",
+        "tests.echo",
+        "--cron",
+        "0 3 * * *",
+        "--timezone",
+        "Europe/Paris",
+        "--kwargs",
+        '{"account_id": 42}',
+        "--json",
+    )
     ((code, stdout, stderr),) = finish([create], timeout=60)
     assert code == 0, stderr
     assert json.loads(stdout)["kwargs"] == {"account_id": 42}

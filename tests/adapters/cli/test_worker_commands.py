@@ -20,8 +20,14 @@ pytestmark = pytest.mark.django_db
 
 
 def manage_run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=child_env(),
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize(
@@ -60,8 +66,9 @@ def test_tick_command_creates_runs(scheduler):
 
 def test_runworker_once_executes_one_run_and_exits(scheduler):
     for name in ("a", "b"):
-        scheduler.create_schedule(name=name, task_name="tests.noop", interval_seconds=60,
-                                  start_at="2020-01-01T00:00:00Z")
+        scheduler.create_schedule(
+            name=name, task_name="tests.noop", interval_seconds=60, start_at="2020-01-01T00:00:00Z"
+        )
     call_command("tick", stdout=StringIO())
     call_command("runworker", "--once", "--worker-id", "cmd-1")
     assert Run.objects.filter(state=RunState.SUCCEEDED).count() == 1
@@ -75,8 +82,9 @@ def test_runworker_once_with_nothing_due_exits_cleanly():
 
 def test_runworker_burst_with_tick_drains_everything(scheduler):
     for i in range(3):
-        scheduler.create_schedule(name=f"s{i}", task_name="tests.noop", interval_seconds=3600,
-                                  start_at="2020-01-01T00:00:00Z")
+        scheduler.create_schedule(
+            name=f"s{i}", task_name="tests.noop", interval_seconds=3600, start_at="2020-01-01T00:00:00Z"
+        )
     call_command("runworker", "--burst", "--with-tick", "--worker-id", "b")
     assert Run.objects.filter(state=RunState.SUCCEEDED).count() == 3
     assert Schedule.objects.filter(next_run_at__isnull=False).count() == 3
@@ -84,8 +92,9 @@ def test_runworker_burst_with_tick_drains_everything(scheduler):
 
 def test_runworker_max_runs(scheduler):
     for i in range(3):
-        scheduler.create_schedule(name=f"s{i}", task_name="tests.noop", interval_seconds=3600,
-                                  start_at="2020-01-01T00:00:00Z")
+        scheduler.create_schedule(
+            name=f"s{i}", task_name="tests.noop", interval_seconds=3600, start_at="2020-01-01T00:00:00Z"
+        )
     call_command("tick", stdout=StringIO())
     call_command("runworker", "--max-runs", "2", "--worker-id", "m")
     assert Run.objects.filter(state=RunState.SUCCEEDED).count() == 2

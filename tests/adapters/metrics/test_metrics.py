@@ -118,12 +118,20 @@ def test_only_get_and_head(client, scraper):
 # ------------------------------------------------------------------------ content
 
 
-def make_run(schedule, state, *, queue="default", scheduled_for, available_at=None, started_at=None,
-             finished_at=None):
+def make_run(schedule, state, *, queue="default", scheduled_for, available_at=None, started_at=None, finished_at=None):
     return Run.objects.create(
-        schedule=schedule, task_name=schedule.task_name, state=state, queue=queue, scheduled_for=scheduled_for,
-        available_at=available_at or scheduled_for, started_at=started_at, finished_at=finished_at,
-        origin=Origin.MANUAL, idempotency_key="k", created_at=scheduled_for, updated_at=scheduled_for,
+        schedule=schedule,
+        task_name=schedule.task_name,
+        state=state,
+        queue=queue,
+        scheduled_for=scheduled_for,
+        available_at=available_at or scheduled_for,
+        started_at=started_at,
+        finished_at=finished_at,
+        origin=Origin.MANUAL,
+        idempotency_key="k",
+        created_at=scheduled_for,
+        updated_at=scheduled_for,
     )
 
 
@@ -139,15 +147,31 @@ def world(make_schedule, scheduler, clock, settings):
     clock.set(T0)
     s, m = timedelta(seconds=1), timedelta(minutes=1)
     # In the last hour: durations 0.3s and 4s (default), 20s (q2); lags 2s, 40s, 0.05s; claim 2s, 10s, 0.05s.
-    make_run(a, RunState.SUCCEEDED, scheduled_for=T0 - 10 * m, started_at=T0 - 10 * m + 2 * s,
-             finished_at=T0 - 10 * m + 2.3 * s)
-    make_run(a, RunState.SUCCEEDED, scheduled_for=T0 - 20 * m, available_at=T0 - 20 * m + 30 * s,
-             started_at=T0 - 20 * m + 40 * s, finished_at=T0 - 20 * m + 44 * s)
-    make_run(a, RunState.DEAD, queue="q2", scheduled_for=T0 - 5 * m, started_at=T0 - 5 * m + 0.05 * s,
-             finished_at=T0 - 5 * m + 20.05 * s)
+    make_run(
+        a,
+        RunState.SUCCEEDED,
+        scheduled_for=T0 - 10 * m,
+        started_at=T0 - 10 * m + 2 * s,
+        finished_at=T0 - 10 * m + 2.3 * s,
+    )
+    make_run(
+        a,
+        RunState.SUCCEEDED,
+        scheduled_for=T0 - 20 * m,
+        available_at=T0 - 20 * m + 30 * s,
+        started_at=T0 - 20 * m + 40 * s,
+        finished_at=T0 - 20 * m + 44 * s,
+    )
+    make_run(
+        a,
+        RunState.DEAD,
+        queue="q2",
+        scheduled_for=T0 - 5 * m,
+        started_at=T0 - 5 * m + 0.05 * s,
+        finished_at=T0 - 5 * m + 20.05 * s,
+    )
     # Finished too long ago for the timings, but counted in the totals.
-    make_run(a, RunState.SUCCEEDED, scheduled_for=T0 - 120 * m, started_at=T0 - 120 * m,
-             finished_at=T0 - 119 * m)
+    make_run(a, RunState.SUCCEEDED, scheduled_for=T0 - 120 * m, started_at=T0 - 120 * m, finished_at=T0 - 119 * m)
     # Not succeeded/dead: no timing.
     make_run(a, RunState.CANCELLED, scheduled_for=T0 - 3 * m, started_at=T0 - 3 * m, finished_at=T0 - 2 * m)
     # Waiting: due for 90s (default) and 30s (q2); one not due yet; one running.
@@ -156,17 +180,27 @@ def world(make_schedule, scheduler, clock, settings):
     make_run(a, RunState.RETRYING, queue="q2", scheduled_for=T0 - 10 * m, available_at=T0 - 30 * s)
     make_run(a, RunState.RUNNING, scheduled_for=T0 - m, started_at=T0 - m)
     recent, old = T0 - 10 * m, T0 - 120 * m
-    events.record_many([
-        events.NewEvent(run_id=waiting.pk, event_type=kind, now=at)
-        for kind, at, n in ((EventType.FAILED, recent, 2), (EventType.FAILED, old, 1),
-                            (EventType.RETRY_SCHEDULED, recent, 2), (EventType.MARKED_DEAD, old, 1),
-                            (EventType.LEASE_EXPIRED, recent, 1), (EventType.SUCCEEDED, recent, 4),
-                            (EventType.SUCCEEDED, old, 5), (EventType.CREATED, recent, 3))
-        for _ in range(n)
-    ])
-    for wid, beat, status in (("w-alive", T0 - 5 * s, WorkerStatus.ACTIVE),
-                              ("w-stale", T0 - 60 * s, WorkerStatus.STOPPING),
-                              ("w-stopped", T0 - 60 * s, WorkerStatus.STOPPED)):
+    events.record_many(
+        [
+            events.NewEvent(run_id=waiting.pk, event_type=kind, now=at)
+            for kind, at, n in (
+                (EventType.FAILED, recent, 2),
+                (EventType.FAILED, old, 1),
+                (EventType.RETRY_SCHEDULED, recent, 2),
+                (EventType.MARKED_DEAD, old, 1),
+                (EventType.LEASE_EXPIRED, recent, 1),
+                (EventType.SUCCEEDED, recent, 4),
+                (EventType.SUCCEEDED, old, 5),
+                (EventType.CREATED, recent, 3),
+            )
+            for _ in range(n)
+        ]
+    )
+    for wid, beat, status in (
+        ("w-alive", T0 - 5 * s, WorkerStatus.ACTIVE),
+        ("w-stale", T0 - 60 * s, WorkerStatus.STOPPING),
+        ("w-stopped", T0 - 60 * s, WorkerStatus.STOPPED),
+    ):
         workers.register_worker(worker_id=wid, hostname="h", pid=1, queues=["default"], now=beat)
         workers.heartbeat(worker_id=wid, now=beat, status=status, clock_skew_seconds=0.25)
     return a
@@ -175,8 +209,14 @@ def world(make_schedule, scheduler, clock, settings):
 def test_runs_by_state_and_queue_and_totals(client, world):
     types, values = parse(client.get("/metrics"))
     assert types["distsched_runs"] == "gauge"
-    expected = {("succeeded", "default"): 3, ("cancelled", "default"): 1, ("pending", "default"): 2,
-                ("running", "default"): 1, ("dead", "q2"): 1, ("retrying", "q2"): 1}
+    expected = {
+        ("succeeded", "default"): 3,
+        ("cancelled", "default"): 1,
+        ("pending", "default"): 2,
+        ("running", "default"): 1,
+        ("dead", "q2"): 1,
+        ("retrying", "q2"): 1,
+    }
     for queue in ("default", "q2"):
         for state in RunState.values:
             assert sample(values, "distsched_runs", state=state, queue=queue) == expected.get((state, queue), 0)
@@ -188,10 +228,19 @@ def test_runs_by_state_and_queue_and_totals(client, world):
     assert sample(values, "distsched_run_retries_total") == 2
     assert sample(values, "distsched_leases_expired_total") == 1
     assert types["distsched_run_events_last_hour"] == "gauge"
-    recent = {dict(labels)["event_type"]: v for (n, labels), v in values.items()
-              if n == "distsched_run_events_last_hour"}
-    assert recent == {"marked_dead": 0, "failed": 2, "retry_scheduled": 2, "lease_expired": 1, "succeeded": 4,
-                      "cancelled": 0, "skipped": 0, "lease_lost": 0}
+    recent = {
+        dict(labels)["event_type"]: v for (n, labels), v in values.items() if n == "distsched_run_events_last_hour"
+    }
+    assert recent == {
+        "marked_dead": 0,
+        "failed": 2,
+        "retry_scheduled": 2,
+        "lease_expired": 1,
+        "succeeded": 4,
+        "cancelled": 0,
+        "skipped": 0,
+        "lease_lost": 0,
+    }
     assert sample(values, "distsched_oldest_waiting_run_age_seconds", queue="default") == 90
     assert sample(values, "distsched_oldest_waiting_run_age_seconds", queue="q2") == 30
 
@@ -201,8 +250,11 @@ def test_timing_histograms_over_the_last_hour(client, world):
     assert types["distsched_run_duration_seconds"] == "histogram"
 
     def buckets(name, queue):
-        return {float(dict(labels)["le"]): v for (n, labels), v in values.items()
-                if n == f"{name}_bucket" and dict(labels)["queue"] == queue}
+        return {
+            float(dict(labels)["le"]): v
+            for (n, labels), v in values.items()
+            if n == f"{name}_bucket" and dict(labels)["queue"] == queue
+        }
 
     duration = buckets("distsched_run_duration_seconds", "default")
     assert (duration[0.1], duration[0.5], duration[2.5], duration[5.0], duration[float("inf")]) == (0, 1, 1, 2, 2)
@@ -257,8 +309,14 @@ def test_query_count_is_fixed(client, world, django_assert_num_queries, make_sch
     for i in range(5):
         make_schedule(f"more-{i}", queue=f"q{i}")
         workers.register_worker(worker_id=f"extra-{i}", hostname="h", pid=1, queues=[], now=clock.now())
-        make_run(world, RunState.SUCCEEDED, queue=f"q{i}", scheduled_for=T0 - timedelta(minutes=1),
-                 started_at=T0 - timedelta(minutes=1), finished_at=T0)
+        make_run(
+            world,
+            RunState.SUCCEEDED,
+            queue=f"q{i}",
+            scheduled_for=T0 - timedelta(minutes=1),
+            started_at=T0 - timedelta(minutes=1),
+            finished_at=T0,
+        )
     with django_assert_num_queries(9):
         response = client.get("/metrics")
     assert sample(parse(response)[1], "distsched_runs_succeeded_total", queue="q4") == 1

@@ -10,16 +10,39 @@ from distsched_app import Scheduler
 from distsched_app.errors import DuplicateName
 
 DEMO_SCHEDULES: list[dict[str, Any]] = [
-    {"name": "daily-summary", "task_name": "demo.daily_summary", "kwargs": {"account_id": 42},
-     "cron": "30 7 * * *", "timezone": "Europe/Paris", "catch_up": "skip"},
-    {"name": "billing-sync", "task_name": "demo.billing_sync", "kwargs": {"account_id": 42, "amount_cents": 1999},
-     "interval_seconds": 3600, "overlap": "skip"},
-    {"name": "webhook-delivery", "task_name": "demo.deliver_webhook",
-     "kwargs": {"endpoint": "https://example.invalid/hooks", "payload": {"event": "ping"}},
-     "interval_seconds": 300, "max_attempts": 5, "retry_base_seconds": 5, "retry_max_seconds": 60,
-     "retry_jitter": 0.2},
-    {"name": "long-report", "task_name": "demo.long_report", "kwargs": {"steps": 40},
-     "cron": "0 * * * *", "timezone": "UTC", "overlap": "skip"},
+    {
+        "name": "daily-summary",
+        "task_name": "demo.daily_summary",
+        "kwargs": {"account_id": 42},
+        "cron": "30 7 * * *",
+        "timezone": "Europe/Paris",
+        "catch_up": "skip",
+    },
+    {
+        "name": "billing-sync",
+        "task_name": "demo.billing_sync",
+        "kwargs": {"account_id": 42, "amount_cents": 1999},
+        "interval_seconds": 3600,
+        "overlap": "skip",
+    },
+    {
+        "name": "webhook-delivery",
+        "task_name": "demo.deliver_webhook",
+        "kwargs": {"endpoint": "https://example.invalid/hooks", "payload": {"event": "ping"}},
+        "interval_seconds": 300,
+        "max_attempts": 5,
+        "retry_base_seconds": 5,
+        "retry_max_seconds": 60,
+        "retry_jitter": 0.2,
+    },
+    {
+        "name": "long-report",
+        "task_name": "demo.long_report",
+        "kwargs": {"steps": 40},
+        "cron": "0 * * * *",
+        "timezone": "UTC",
+        "overlap": "skip",
+    },
     {"name": "heartbeat", "task_name": "demo.heartbeat", "interval_seconds": 60},
 ]
 
