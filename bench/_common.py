@@ -157,7 +157,7 @@ def reset_tables() -> None:
 
 def spawn(args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start ``manage.py <args>`` with the benchmark's environment (plus ``env``); output to ``log``."""
-    handle = open(log, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+    handle = open(log, "ab")
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), *args],
         cwd=ROOT,

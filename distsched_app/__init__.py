@@ -7,7 +7,7 @@ Public API::
 
 from typing import Any
 
-__all__ = ["task", "Scheduler", "RunContext", "FakeClock"]
+__all__ = ["FakeClock", "RunContext", "Scheduler", "task"]
 __version__ = "0.1.0"
 
 

@@ -11,7 +11,7 @@ from .conf import CHOICES, DEFAULTS, RANGES
 
 
 @register()
-def check_distsched_settings(app_configs, **kwargs):  # noqa: ANN001, ANN201 - Django's check signature
+def check_distsched_settings(app_configs, **kwargs):
     problems = []
     user = getattr(settings, "DISTSCHED", None) or {}
     for key in user:

@@ -146,11 +146,11 @@ def storable_json(value: Any, *, max_bytes: int) -> Any:
         return None
     try:
         encoded = json.dumps(value, allow_nan=False, ensure_ascii=False)
-        # Raw surrogates survive ensure_ascii=False; NUL is always written as an escape.
-        if _UNSTORABLE.search(encoded) is None and _JSON_NUL.search(encoded) is None:
-            if len(encoded.encode()) > max_bytes:
-                return {"truncated": encoded[:REPR_CHARS]}
-            return json.loads(encoded)
     except Exception:  # noqa: BLE001 - a hostile return value must not break the worker
-        pass
-    return {"repr": _repr(value)}
+        return {"repr": _repr(value)}
+    # Raw surrogates survive ensure_ascii=False; NUL is always written as an escape.
+    if _UNSTORABLE.search(encoded) is not None or _JSON_NUL.search(encoded) is not None:
+        return {"repr": _repr(value)}
+    if len(encoded.encode()) > max_bytes:
+        return {"truncated": encoded[:REPR_CHARS]}
+    return json.loads(encoded)

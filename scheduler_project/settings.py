@@ -26,7 +26,7 @@ DEBUG = env.flag("DJANGO_DEBUG", default=False)
 # Without DJANGO_SECRET_KEY and with DEBUG off the key stays empty: workers and
 # commands that sign nothing run without it, and the web entry points refuse to
 # start (scheduler_project/startup.py says why there rather than here).
-DEVELOPMENT_SECRET_KEY = "django-insecure-development-only-key-never-use-in-production"
+DEVELOPMENT_SECRET_KEY = "django-insecure-development-only-key-never-use-in-production"  # noqa: S105 - DEBUG only
 SECRET_KEY = env.raw("DJANGO_SECRET_KEY") or (DEVELOPMENT_SECRET_KEY if DEBUG else "")
 
 ALLOWED_HOSTS = env.hosts("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])

@@ -22,7 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 EXIT_CODE = 3
 
 NO_SECRET_KEY = (
-    "refusing to serve: DJANGO_SECRET_KEY is not set and DEBUG is off "
+    "refusing to serve: DJANGO_SECRET_KEY is not set and DEBUG is off "  # noqa: S105 - a message, not a key
     "(set DJANGO_SECRET_KEY, or DJANGO_DEBUG=1 for local development; see docs/deployment.md)"
 )
 

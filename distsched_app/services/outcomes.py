@@ -266,7 +266,7 @@ def _mark_succeeded(items: list[Success], worker_id: str, now: datetime, results
             params += [s.run_id, ops.adapt_datetimefield_value(getattr(s, column))]
     placeholders = ", ".join(["%s"] * len(ids))
     sql = (
-        f"UPDATE {table} SET state = %s, lease_owner = '', lease_expires_at = NULL, updated_at = %s, "
+        f"UPDATE {table} SET state = %s, lease_owner = '', lease_expires_at = NULL, updated_at = %s, "  # noqa: S608
         f"{', '.join(cases)} WHERE id IN ({placeholders}) AND lease_owner = %s"
     )
     with connection.cursor() as cursor:

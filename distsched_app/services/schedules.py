@@ -149,7 +149,8 @@ def delete_schedule(name: str) -> None:
         Worker.objects.filter(current_run__schedule_id=schedule.pk).update(current_run=None)
         with connection.cursor() as cursor:
             cursor.execute(
-                f"DELETE FROM {connection.ops.quote_name(Run._meta.db_table)} WHERE schedule_id = %s", [schedule.pk]
+                f"DELETE FROM {connection.ops.quote_name(Run._meta.db_table)} WHERE schedule_id = %s",  # noqa: S608
+                [schedule.pk],
             )
         schedule.delete()
 

@@ -9,3 +9,6 @@ class Execution(models.Model):
     worker_id = models.CharField(max_length=200)
     pid = models.PositiveIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} attempt {self.attempt} by {self.worker_id}"

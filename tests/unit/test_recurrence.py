@@ -10,6 +10,7 @@ EST = UTC-5, EDT = UTC-4 (2026: spring forward 03-08 at 07:00 UTC, fall back
 
 from __future__ import annotations
 
+import itertools
 import time
 import zoneinfo
 from datetime import UTC, datetime, timedelta, timezone
@@ -631,7 +632,7 @@ def test_next_slot_is_consistent_from_any_instant_near_a_transition(tz, around, 
     rec = cron(expr, tz)
     begin = around - timedelta(hours=4)
     slots = chain_after(rec, begin, 12)
-    assert all(a < b for a, b in zip(slots, slots[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(slots))
     p = begin + timedelta(seconds=1)  # `begin` may itself be a slot, not in `slots`
     while p < slots[-1]:
         assert next_slot_after(rec, p) == next(s for s in slots if s > p)

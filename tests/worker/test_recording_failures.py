@@ -125,7 +125,7 @@ def test_a_failure_that_cannot_be_recorded(scheduler, clock, monkeypatch, caplog
 def test_an_event_insert_that_fails_inside_an_outcome_rolls_it_back_and_is_survived(
     scheduler, clock, monkeypatch, caplog, kind
 ):
-    first, second = two_runs(scheduler)
+    first, _second = two_runs(scheduler)
     real = events.record_many
     state = {"failed": False}
 

@@ -215,7 +215,7 @@ def test_logs_key_value_fields(scheduler, worker, caplog):
     scheduler.tick()
     with caplog.at_level(logging.INFO, logger="distsched"):
         worker.run_once()
-    finished = [r for r in caplog.records if r.getMessage() == "run finished"][0]
+    finished = next(r for r in caplog.records if r.getMessage() == "run finished")
     assert {"worker_id", "run_id", "schedule", "task", "state", "attempt", "duration"} <= set(finished.distsched)
     assert finished.distsched["state"] == "succeeded"
 

@@ -213,7 +213,7 @@ def test_detail_of_a_finished_run_has_result_and_error(api, api_clock, scheduler
     assert dead["state"] == "dead" and dead["last_error"].startswith("boom")
 
 
-@pytest.mark.parametrize("run_id", ["999999", "abc", "-1", "0", "1.5", "%00", "99999999999999999999999", "１"])
+@pytest.mark.parametrize("run_id", ["999999", "abc", "-1", "0", "1.5", "%00", "99999999999999999999999", "１"])  # noqa: RUF001
 def test_unknown_or_malformed_run_id_is_404(api, run_id):
     for method, suffix in [("get", ""), ("get", "/events"), ("post", "/cancel"), ("post", "/requeue")]:
         response = getattr(api, method)(f"/api/runs/{run_id}{suffix}")

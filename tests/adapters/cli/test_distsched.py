@@ -398,7 +398,7 @@ def test_stats(cli, cli_json, three_runs):
 
 
 def test_prune(cli, cli_json, three_runs, clock):
-    first, second, third = three_runs
+    _first, _second, third = three_runs
     clock.advance(days=31)
     doc = cli_json("prune", "--older-than", "30d", "--dry-run")
     assert {k: doc[k] for k in ("runs", "events", "dry_run")} == {"runs": 2, "events": 9, "dry_run": True}
