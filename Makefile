@@ -42,8 +42,11 @@ test: install
 test-postgres: install
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/distsched} $(MAKE) test
 
+## Static checks, as CI runs them: ruff (lint and format) and mypy on distsched_app/.
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build dist *.egg-info

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 
 from django.conf import settings
-from django.core.checks import Error, Warning, register
+from django.core.checks import CheckMessage, Error, Warning, register
 
 from .conf import CHOICES, DEFAULTS, RANGES
 
 
 @register()
 def check_distsched_settings(app_configs, **kwargs):
-    problems = []
+    problems: list[CheckMessage] = []
     user = getattr(settings, "DISTSCHED", None) or {}
     for key in user:
         if key not in DEFAULTS:
@@ -33,7 +33,7 @@ def check_distsched_settings(app_configs, **kwargs):
 
 
 def sqlite_mode_warnings(databases: dict) -> list[Warning]:
-    problems = []
+    problems: list[Warning] = []
     for alias, db in databases.items():
         if db.get("ENGINE") == "django.db.backends.sqlite3":
             mode = (db.get("OPTIONS") or {}).get("transaction_mode")

@@ -17,7 +17,7 @@ permission, unless ``DISTSCHED["METRICS_PUBLIC"]`` is true.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeHistogramMetricFami
 from prometheus_client.registry import Collector
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer
 from rest_framework.views import APIView
 
@@ -198,11 +199,14 @@ class PrometheusTextRenderer(BaseRenderer):
 class PlainTextNegotiation(BaseContentNegotiation):
     """Whatever the scraper's Accept header says, the answer is Prometheus text (never a 406)."""
 
-    def select_parser(self, request: Any, parsers: list) -> Any:
-        return parsers[0] if parsers else None
+    def select_parser(self, request: Any, parsers: Iterable[BaseParser]) -> BaseParser | None:
+        return next(iter(parsers), None)
 
-    def select_renderer(self, request: Any, renderers: list, format_suffix: str | None = None) -> tuple:
-        return renderers[0], renderers[0].media_type
+    def select_renderer(
+        self, request: Any, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        renderer = next(iter(renderers))
+        return renderer, renderer.media_type
 
 
 class MetricsView(APIView):
@@ -221,12 +225,12 @@ class MetricsView(APIView):
     http_method_names = ["get", "head"]
     schema = None  # not part of the REST API's OpenAPI document
 
-    def get_authenticators(self) -> list:
+    def get_authenticators(self) -> list[Any]:
         # Public metrics skip authentication entirely, so a stale token or
         # session cookie on the scraper cannot turn a public endpoint into a 401.
-        return [] if conf.METRICS_PUBLIC else super().get_authenticators()
+        return [] if conf.METRICS_PUBLIC else list(super().get_authenticators())
 
-    def get_permissions(self) -> list:
+    def get_permissions(self) -> Sequence[Any]:
         return [] if conf.METRICS_PUBLIC else super().get_permissions()
 
     def get(self, request: Any) -> HttpResponse:

@@ -7,7 +7,7 @@ use (``due``, ``waiting``, ``alive``/``stale``/``stopped``). Transitions live in
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from django.db import models
 from django.db.models import Q
@@ -28,8 +28,12 @@ class StorableJSONField(models.JSONField):
         kwargs.setdefault("decoder", StorableJSONDecoder)
         super().__init__(*args, **kwargs)
 
-    def formfield(self, **kwargs: Any) -> Any:
+    def formfield(self, form_class: Any = None, choices_form_class: Any = None, **kwargs: Any) -> Any:
         # Form input is inbound data: decoded as written, so validation can refuse what is unstorable.
+        if form_class is not None:
+            kwargs["form_class"] = form_class
+        if choices_form_class is not None:
+            kwargs["choices_form_class"] = choices_form_class
         return super().formfield(**{"decoder": None, **kwargs})
 
     def deconstruct(self) -> Any:
@@ -153,7 +157,10 @@ class Schedule(models.Model):
         return self.name
 
 
-def _literal_states(qs: models.QuerySet, states: tuple[str, ...]) -> models.QuerySet:
+_QS = TypeVar("_QS", bound=models.QuerySet)
+
+
+def _literal_states(qs: _QS, states: tuple[str, ...]) -> _QS:
     """``state IN (...)`` written with literals, not parameters.
 
     SQLite only uses a partial index when it can prove the query implies the
@@ -162,7 +169,7 @@ def _literal_states(qs: models.QuerySet, states: tuple[str, ...]) -> models.Quer
     """
     table = qs.model._meta.db_table
     literals = ", ".join(f"'{s}'" for s in states)  # fixed enum values, never user input
-    return qs.extra(where=[f'"{table}"."state" IN ({literals})'])  # noqa: S610 - enum literals, no input
+    return cast(_QS, qs.extra(where=[f'"{table}"."state" IN ({literals})']))  # noqa: S610 - enum literals, no input
 
 
 class RunQuerySet(models.QuerySet):

@@ -13,6 +13,7 @@ instead of failing on upgrade) and a generous busy timeout.
 """
 
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -92,7 +93,7 @@ ASGI_APPLICATION = "scheduler_project.asgi.application"
 
 def database_from_url(url: str) -> dict:
     """Build the DATABASES entry, with the SQLite tuning every process needs."""
-    db = dj_database_url.parse(url, conn_max_age=0)
+    db: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=0))
     if db["ENGINE"] == "django.db.backends.sqlite3":
         db["OPTIONS"] = {
             "transaction_mode": "IMMEDIATE",
@@ -145,7 +146,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
-DISTSCHED = {}
+DISTSCHED: dict[str, Any] = {}
 
 LOGGING = {
     "version": 1,

@@ -10,11 +10,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import Model
 from django.urls import reverse
 from django.utils.html import format_html
 
 
-def change_url(model: type, pk: Any) -> str:
+def change_url(model: type[Model], pk: Any) -> str:
     return reverse(f"admin:distsched_app_{model._meta.model_name}_change", args=[pk])
 
 

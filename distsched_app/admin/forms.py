@@ -106,7 +106,7 @@ class ScheduleAdminForm(forms.ModelForm):
         return {f: fields[f] for f in self.changed_data if f in fields}
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        cleaned = super().clean() or {}
         if self.errors:
             return cleaned  # the service validator needs well-formed fields
         try:

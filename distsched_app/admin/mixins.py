@@ -7,8 +7,9 @@ through ``support.apply_each``) and redirects back to the page.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.contrib.admin import ModelAdmin
 from django.contrib.admin.utils import unquote
 from django.http import Http404, HttpRequest, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path
@@ -23,7 +24,11 @@ class DistschedMedia:
         css = {"all": ("distsched_app/admin.css",)}
 
 
-class ObjectActionsMixin:
+# The mixin is only ever mixed into a ModelAdmin: type-check it as one.
+_ModelAdminBase: Any = ModelAdmin if TYPE_CHECKING else object
+
+
+class ObjectActionsMixin(_ModelAdminBase):
     """POST-only buttons on a change page, each calling one service through ``apply_each``."""
 
     object_actions: tuple[str, ...] = ()

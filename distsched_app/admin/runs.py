@@ -10,6 +10,8 @@ page is ``events.RunEventInline``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
@@ -103,7 +105,7 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
         ("Payload and result", {"fields": ("args_json", "kwargs_json", "result_json")}),
         ("Last error", {"fields": ("error_text",)}),
     )
-    readonly_fields = tuple(f for _, opts in fieldsets for f in opts["fields"])
+    readonly_fields = tuple(str(f) for _, opts in fieldsets for f in opts["fields"])
     scheduled = timestamp_field("scheduled_for", "scheduled for (UTC)")
     finished = timestamp_field("finished_at", "finished (UTC)")
     scheduled_for_utc = timestamp_field("scheduled_for", "scheduled for", ms=True)
@@ -132,7 +134,7 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
 
     def get_changelist(self, request, **kwargs):
         heavy = self.heavy_fields
-        base = super().get_changelist(request, **kwargs)
+        base: Any = super().get_changelist(request, **kwargs)
 
         class RunChangeList(base):
             def get_queryset(self, request, exclude_parameters=None):

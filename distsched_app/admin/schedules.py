@@ -86,7 +86,7 @@ class ScheduleAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)
-        form.now = request_now(request)
+        form.now = request_now(request)  # type: ignore[attr-defined]  # a ScheduleAdminForm subclass
         return form
 
     # -- list and detail columns
@@ -105,13 +105,14 @@ class ScheduleAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="last run", ordering="last_run_id")
     def last_run(self, obj: Schedule) -> str:
-        if getattr(obj, "last_run_id", None) is None:
+        last_run_id = getattr(obj, "last_run_id", None)  # annotated by get_queryset
+        if last_run_id is None:
             return "-"
         return format_html(
             "<a href='{}'>#{}</a> {}",
-            change_url(Run, obj.last_run_id),
-            obj.last_run_id,
-            state_badge(obj.last_run_state),
+            change_url(Run, last_run_id),
+            last_run_id,
+            state_badge(getattr(obj, "last_run_state", "")),
         )
 
     @admin.display(description="next 5 fire times (UTC)")

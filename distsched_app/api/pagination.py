@@ -43,7 +43,7 @@ class StrictCursorPagination(CursorPagination):
         cursor = super().decode_cursor(request)
         if cursor is None or cursor.position is None:
             return cursor
-        position = cursor.position
+        position = str(cursor.position)
         valid = unstorable(position) is None
         if self.integer_position:
             valid = valid and position.isascii() and position.lstrip("-").isdigit() and len(position) <= 19

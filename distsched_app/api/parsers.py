@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -45,7 +46,7 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
 
 
 class BoundedJSONParser(JSONParser):
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> Any:
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
         parser_context = parser_context or {}
         encoding = parser_context.get("encoding", settings.DEFAULT_CHARSET)
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE

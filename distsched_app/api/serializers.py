@@ -88,7 +88,7 @@ def json_object(**options: Any) -> serializers.DictField:
 
 
 def _datetime(value: datetime | None) -> str | None:
-    return serializers.DateTimeField().to_representation(value)
+    return None if value is None else serializers.DateTimeField().to_representation(value)
 
 
 # --------------------------------------------------------------------------

@@ -7,6 +7,7 @@ services become 400/404/409 in ``api.errors``; no scheduling rule lives here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,8 +18,9 @@ from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import exceptions, status, viewsets
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
+from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -58,10 +60,10 @@ class ApiView:
     """
 
     # Token first: an anonymous request then gets 401 with "WWW-Authenticate: Token", not a bare 403.
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
-    permission_classes = [ModelPermissions]
+    authentication_classes: Sequence[type[BaseAuthentication]] = [TokenAuthentication, SessionAuthentication]
+    permission_classes: Sequence[Any] = [ModelPermissions]
     required_permissions: dict[str, tuple[str, ...]] | None = {}  # action -> any one of these (see permissions)
-    parser_classes = [BoundedJSONParser]
+    parser_classes: Sequence[type[BaseParser]] = [BoundedJSONParser]
     _now: datetime | None = None
 
     def get_exception_handler(self):

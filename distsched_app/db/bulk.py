@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import chain
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection
 from django.db.models import Field, Model
@@ -49,14 +49,19 @@ def table(model: type[Model]) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
 
+def _field(model: type[Model], name: str) -> Field:
+    """A concrete column of the model (bulk statements name no relations or generic keys)."""
+    return cast(Field, model._meta.get_field(name))
+
+
 def _fields(model: type[Model], names: Sequence[str]) -> list[Field]:
-    return [model._meta.get_field(name) for name in names]
+    return [_field(model, name) for name in names]
 
 
 def _array_type(field: Field) -> str:
     """The element type of a column's array, without a length: ``varchar(10)`` -> ``varchar``
     (a cast to ``varchar(10)[]`` would silently truncate, where the insert refuses)."""
-    return re.sub(r"\(.*?\)", "", field.cast_db_type(connection))
+    return re.sub(r"\(.*?\)", "", field.cast_db_type(connection))  # type: ignore[attr-defined]  # not in the stubs
 
 
 def _adapter(field: Field) -> Callable[[Any], Any] | None:
@@ -180,15 +185,13 @@ def insert_rows(
     if not _length(columns):
         return []
     into = f"INSERT INTO {table(model)}"
-    if select is None and not join and not ordered:
-        select = {name: f"u.{model._meta.get_field(name).column}" for name in columns}
-        plain = True  # each row as it is: the simplest statement each vendor has for it
-    else:
-        plain = False
+    plain = select is None and not join and not ordered  # each row as it is: the simplest statement
+    if select is None:
+        select = {name: f"u.{_field(model, name).column}" for name in columns}
     target = ", ".join(f.column for f in _fields(model, list(select)))
     # Bound values first: they come before the row source in the statement.
     binds = [
-        model._meta.get_field(name).get_db_prep_value(value.value, connection)
+        _field(model, name).get_db_prep_value(value.value, connection)
         for name, value in select.items()
         if isinstance(value, Bind)
     ]
@@ -234,7 +237,7 @@ def update_from_rows(model: type[Model], key: str, columns: Columns) -> None:
     if not _length(columns):
         return
     table_sql = table(model)
-    key_column = model._meta.get_field(key).column
+    key_column = _field(model, key).column
     sets = ", ".join(f"{f.column} = u.{f.column}" for f in _fields(model, [name for name in columns if name != key]))
     for chunk in _chunks(columns):
         source, params = rows_source(model, chunk)

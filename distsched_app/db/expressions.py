@@ -27,10 +27,11 @@ class Microseconds(Func):
     output_field = BigIntegerField()
     arity = 2
 
-    def as_sql(self, compiler, connection, **extra):  # PostgreSQL
+    def as_sql(self, compiler, connection, function=None, template=None, arg_joiner=None, **extra):  # PostgreSQL
         return super().as_sql(
             compiler,
             connection,
+            function=function,
             template="(EXTRACT(EPOCH FROM (%(expressions)s)) * 1000000)::bigint",
             arg_joiner=" - ",
             **extra,

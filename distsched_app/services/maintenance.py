@@ -71,8 +71,8 @@ def prune_runs(
             dry_run=True,
         )
     total_runs = total_events = batches = 0
-    last_id = 0
-    while True:
+    last_id: int | None = 0
+    while last_id is not None:
         deleted_runs, deleted_events, last_id = _prune_batch(cutoff, batch_size, last_id)
         if last_id is None:
             break

@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import F
@@ -259,7 +260,7 @@ def _mark_succeeded(items: list[Success], worker_id: str, now: datetime, results
     table = ops.quote_name(Run._meta.db_table)
     ids = [s.run_id for s in items]
     cases = []
-    params: list[object] = [RunState.SUCCEEDED.value, ops.adapt_datetimefield_value(now)]
+    params: list[Any] = [RunState.SUCCEEDED.value, ops.adapt_datetimefield_value(now)]
     for column in ("started_at", "finished_at"):
         cases.append(f"{column} = CASE id " + " ".join(["WHEN %s THEN %s"] * len(items)) + " END")
         for s in items:

@@ -128,7 +128,7 @@ def update_schedule(name: str, *, now: datetime, **changes: Any) -> Schedule:
         for key, value in fields.items():
             setattr(schedule, key, value)
         if recurrence_changed:
-            if schedule.kind == ScheduleKind.ONCE and schedule.run_at < now:
+            if schedule.kind == ScheduleKind.ONCE and schedule.run_at is not None and schedule.run_at < now:
                 schedule.next_run_at = None
             else:
                 schedule.next_run_at = first_slot(recurrence_of(schedule), now=now, start_at=schedule.start_at)

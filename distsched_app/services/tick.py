@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import Any, cast
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -38,7 +39,7 @@ class NewRun:
     scheduled_for: datetime
     state: str
     note: str = ""
-    run_id: int | None = None
+    run_id: int = 0  # set once inserted
 
 
 @dataclass(slots=True)
@@ -85,14 +86,15 @@ def _tick_batch(
         schedules = [DueSchedule(*row) for row in qs.values_list(*TICK_FIELDS)[:size]]
         if not schedules:
             return [], 0, after
-        last = (schedules[-1].next_run_at, schedules[-1].id)
+        # due(now) selects schedules with a next_run_at, so every one of these has it.
+        last = (cast(datetime, schedules[-1].next_run_at), schedules[-1].id)
         busy = _schedules_with_active_runs([s.id for s in schedules if s.overlap == Overlap.SKIP])
         new_runs: list[NewRun] = []
         for schedule in schedules:
             try:
                 plan = plan_catch_up(
                     recurrence_of(schedule),
-                    next_run_at=schedule.next_run_at,
+                    next_run_at=cast(datetime, schedule.next_run_at),
                     now=now,
                     policy=schedule.catch_up,
                     max_catch_up=conf.MAX_CATCH_UP,
@@ -220,7 +222,7 @@ def _insert_runs(runs: list[NewRun], now: datetime) -> None:
     Payload, attempts budget and queue are copied from the schedule row by the
     database, so the tick never decodes and re-encodes JSON. Ids follow the order
     of ``runs`` (slot order), whatever join the database picks."""
-    slots = {  # what the tick knows of each new run; the schedule row supplies the rest
+    slots: dict[str, list[Any]] = {  # what the tick knows of each new run; the schedule row supplies the rest
         "schedule": [run.schedule_id for run in runs],
         "state": [run.state for run in runs],
         "scheduled_for": [run.scheduled_for for run in runs],

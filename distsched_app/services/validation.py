@@ -8,6 +8,8 @@ import re
 from datetime import datetime
 from typing import Any
 
+from django.db import models
+
 from ..clock import iso_utc
 from ..conf import conf
 from ..errors import (
@@ -167,7 +169,7 @@ def validate_queue(queue: Any, *, field: str = "queue") -> str:
     return queue
 
 
-def _choice(value: Any, choices: type, *, field: str) -> str:
+def _choice(value: Any, choices: type[models.TextChoices], *, field: str) -> str:
     if value not in choices.values:
         raise ValidationError(f"{field} must be one of {', '.join(choices.values)}", field=field)
     return value
@@ -204,6 +206,8 @@ def validate_schedule_fields(data: dict[str, Any], *, now: datetime, check_run_a
             raise ValidationError("cron must be a string", field="cron")
         out["cron"] = validate_cron(cron)
     else:
+        if run_at is None:  # kind once was inferred from run_at, or checked against it above
+            raise InvalidScheduleSpec("a once schedule needs run_at")
         if check_run_at and run_at < now:
             raise RunAtInPast(f"run_at {iso_utc(run_at)} is in the past")
         out["run_at"] = run_at

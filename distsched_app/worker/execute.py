@@ -53,6 +53,20 @@ class Attempt:
         return self.run.pk
 
     @property
+    def started(self) -> datetime:
+        """When the task was called (set by ``call_task``)."""
+        if self.started_at is None:
+            raise RuntimeError(f"run {self.run_id} has not been executed")
+        return self.started_at
+
+    @property
+    def finished(self) -> datetime:
+        """When the task returned or raised (set by ``call_task``)."""
+        if self.finished_at is None:
+            raise RuntimeError(f"run {self.run_id} has not been executed")
+        return self.finished_at
+
+    @property
     def number(self) -> int:
         """The attempt number: the run's fencing token is ``"<run id>:<number>"``."""
         return self.run.attempts

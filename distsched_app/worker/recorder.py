@@ -108,43 +108,43 @@ class Recorder:
             outcomes.Success(
                 run_id=a.run_id,
                 attempt=a.number,
-                started_at=a.started_at,
-                finished_at=a.finished_at,
+                started_at=a.started,
+                finished_at=a.finished,
                 result=a.result,
                 record_started=not a.started_recorded,
                 note="returned normally after a cancel request" if a.run_id in cancelled else "",
             )
             for a in pending
         ]
-        unrecorded: set[int] = set()
+        lost: set[int] | None = None
+        unrecorded = {s.run_id for s in successes}
         with self.lock:
             try:
-                lost = self._record_successes(successes)
+                lost, unrecorded = self._record_successes(successes)
             except NotRecorded:
-                lost = None
-            else:
-                unrecorded = {s.run_id for s in successes} - lost
+                pass  # none recorded: lease expiry recovers them all
             for a in pending:
                 w.held.release(a.run_id)
         for a in pending:
-            if lost is None or a.run_id in lost:
-                label = "unrecorded" if lost is None or a.run_id in unrecorded else "lease_lost"
-                self._log_finished(a, None, label)
+            if a.run_id in unrecorded:
+                self._log_finished(a, None, "unrecorded")
+            elif lost is not None and a.run_id in lost:
+                self._log_finished(a, None, "lease_lost")
             else:
                 self._log_finished(a, RunState.SUCCEEDED.value)
-        return lost
+        return None if lost is None else lost | unrecorded
 
-    def _record_successes(self, successes: list[outcomes.Success]) -> set[int]:
+    def _record_successes(self, successes: list[outcomes.Success]) -> tuple[set[int], set[int]]:
         """The batch in one transaction; if it cannot be written for a reason other than an
         unreachable database, one transaction per run.
 
-        Returns the ids not recorded as succeeded: a run whose lease was lost is in it,
-        and so is one that could not be recorded (with a ``record_failed`` note where possible).
+        Returns the ids whose lease was lost, and those that could not be recorded (each
+        with a ``record_failed`` note where possible).
         """
         held = {s.run_id: s.attempt for s in successes}
         w = self.worker
         try:
-            return self.call(
+            lost: set[int] = self.call(
                 outcomes.record_successes,
                 runs=held,
                 outcome="succeeded",
@@ -152,10 +152,11 @@ class Recorder:
                 successes=successes,
                 note_failure=len(successes) == 1,
             )
+            return lost, set()
         except NotRecorded as exc:
             if exc.transient or len(successes) == 1:
                 raise
-        lost: set[int] = set()
+        lost, unrecorded = set(), set()
         for success in successes:
             try:
                 lost |= self.call(
@@ -166,8 +167,8 @@ class Recorder:
                     successes=[success],
                 )
             except NotRecorded:
-                lost.add(success.run_id)
-        return lost
+                unrecorded.add(success.run_id)
+        return lost, unrecorded
 
     def release_unstarted(self, attempts: list[Attempt]) -> None:
         """Give back prefetched runs never started (stopping): their leases and unused attempts."""

@@ -1,0 +1,293 @@
+"""The verbs of ``manage.py distsched``: each reads nothing but its options and ``now``,
+calls the service layer, and returns ``(the --json document, the text for humans)``.
+
+The command (``management/commands/distsched.py``) parses the arguments, reads the
+clock once and prints what a verb returns; ``VERBS`` maps ``"group verb"`` to its function.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from ...errors import ValidationError
+from ...models import RunState
+from ...services import maintenance, queries, runs, schedules, stats, workers
+from . import records
+from .tables import key_values, seconds, table, when
+
+Output = tuple[Any, str]  # (the --json document, the text for humans)
+
+
+# ---------------------------------------------------------------- schedules
+
+CREATE_OPTIONS = {
+    "task_args": "args",
+    "task_kwargs": "kwargs",
+    "interval": "interval_seconds",
+    "cron": "cron",
+    "run_at": "run_at",
+    "timezone": "timezone",
+    "start_at": "start_at",
+    "max_attempts": "max_attempts",
+    "queue": "queue",
+    "catch_up": "catch_up",
+    "overlap": "overlap",
+}
+
+
+def schedule_create(now: datetime, o: dict[str, Any]) -> Output:
+    fields = {field: o[opt] for opt, field in CREATE_OPTIONS.items() if o[opt] is not None}
+    if o["paused"]:
+        fields["paused"] = True
+    s = schedules.create_schedule(name=o["name"], task_name=o["task"], now=now, **fields)
+    state = "paused" if s.paused else f"next run at {when(s.next_run_at)}"
+    return records.schedule_record(s), f"created schedule {s.name}: {records.spec(s)}, task {s.task_name}, {state}"
+
+
+def schedule_list(now: datetime, o: dict[str, Any]) -> Output:
+    paused = True if o["paused_only"] else False if o["active_only"] else None
+    found = schedules.list_schedules(paused=paused)
+    rows = [
+        (s.name, s.task_name, records.spec(s), s.next_run_at, s.paused, s.queue, s.catch_up, s.overlap) for s in found
+    ]
+    text = table(("NAME", "TASK", "SCHEDULE", "NEXT RUN", "PAUSED", "QUEUE", "CATCH-UP", "OVERLAP"), rows)
+    return [records.schedule_record(s) for s in found], text if found else "no schedules"
+
+
+def schedule_show(now: datetime, o: dict[str, Any]) -> Output:
+    s = schedules.get_schedule(o["name"])
+    try:
+        upcoming, no_upcoming = schedules.upcoming_fire_times(s, 5), "none"
+    except ValidationError as exc:  # a stored recurrence the validation now refuses
+        upcoming, no_upcoming = [], f"none ({exc})"
+    last = queries.last_run(s)
+    document = records.schedule_record(s, upcoming=upcoming)
+    document["last_run"] = (
+        None
+        if last is None
+        else {
+            "id": last.pk,
+            "state": last.state,
+            "scheduled_for": records.iso(last.scheduled_for),
+            "finished_at": records.iso(last.finished_at),
+        }
+    )
+    pairs = [
+        ("name", s.name),
+        ("task_name", s.task_name),
+        ("args", json.dumps(s.args)),
+        ("kwargs", json.dumps(s.kwargs)),
+        ("schedule", records.spec(s)),
+        ("run_at", s.run_at),
+        ("start_at", s.start_at),
+        ("next_run_at", s.next_run_at),
+        ("paused", s.paused),
+        ("queue", s.queue),
+        ("max_attempts", s.max_attempts),
+        ("retry", f"base {s.retry_base_seconds:g}s, max {s.retry_max_seconds:g}s, jitter {s.retry_jitter:g}"),
+        ("catch_up", s.catch_up),
+        ("overlap", s.overlap),
+        ("created_at", s.created_at),
+        ("updated_at", s.updated_at),
+        ("upcoming", ", ".join(when(t) for t in upcoming) or no_upcoming),
+        ("last_run", None if last is None else f"{last.pk} {last.state} (slot {when(last.scheduled_for)})"),
+    ]
+    return document, key_values(pairs)
+
+
+def schedule_pause(now: datetime, o: dict[str, Any]) -> Output:
+    s = schedules.pause_schedule(o["name"], now=now)
+    return records.schedule_record(s), f"paused schedule {s.name}"
+
+
+def schedule_resume(now: datetime, o: dict[str, Any]) -> Output:
+    s = schedules.resume_schedule(o["name"], now=now)
+    return records.schedule_record(s), f"resumed schedule {s.name}: next run at {when(s.next_run_at)}"
+
+
+def schedule_trigger(now: datetime, o: dict[str, Any]) -> Output:
+    r = schedules.trigger_schedule(o["name"], now=now, message="triggered from the command line")
+    return records.run_record(r), f"created run {r.pk} of schedule {r.schedule.name} (manual, queue {r.queue})"
+
+
+# --------------------------------------------------------------------- runs
+
+RUN_COLUMNS = ("ID", "SCHEDULE", "TASK", "STATE", "ATTEMPTS", "QUEUE", "SCHEDULED FOR", "STARTED", "FINISHED")
+
+
+def run_list(now: datetime, o: dict[str, Any]) -> Output:
+    qs = queries.runs()
+    if o["schedule"]:
+        qs = qs.filter(schedule=schedules.get_schedule(o["schedule"]))  # an unknown name is an error, not []
+    filters = {"state": o["state"], "task_name": o["task"], "queue": o["queue"]}
+    qs = qs.filter(**{k: v for k, v in filters.items() if v is not None})
+    found = list(qs.order_by("-id")[: o["limit"]])
+    rows = [
+        (
+            r.pk,
+            getattr(r, "schedule_name", ""),  # annotated by queries.runs()
+            r.task_name,
+            r.state,
+            f"{r.attempts}/{r.max_attempts}",
+            r.queue,
+            r.scheduled_for,
+            r.started_at,
+            r.finished_at,
+        )
+        for r in found
+    ]
+    return [records.run_record(r) for r in found], table(RUN_COLUMNS, rows) if found else "no runs"
+
+
+def run_show(now: datetime, o: dict[str, Any]) -> Output:
+    r = runs.get_run(o["run_id"])
+    events = list(queries.run_events(r.pk))
+    document = {**records.run_record(r), "events": [records.event_record(e) for e in events]}
+    pairs = [
+        ("id", r.pk),
+        ("schedule", r.schedule.name),
+        ("task_name", r.task_name),
+        ("args", json.dumps(r.args)),
+        ("kwargs", json.dumps(r.kwargs)),
+        ("state", r.state),
+        ("queue", r.queue),
+        ("origin", r.origin),
+        ("scheduled_for", r.scheduled_for),
+        ("available_at", r.available_at),
+        ("attempts", f"{r.attempts}/{r.max_attempts}"),
+        ("lease_owner", r.lease_owner),
+        ("lease_expires_at", r.lease_expires_at),
+        ("started_at", r.started_at),
+        ("finished_at", r.finished_at),
+        ("cancel_requested", r.cancel_requested),
+        ("idempotency_key", r.idempotency_key),
+        ("result", None if r.result is None else json.dumps(r.result)),
+        ("created_at", r.created_at),
+        ("updated_at", r.updated_at),
+    ]
+    parts = [key_values(pairs), "", "events:"]
+    parts.append(
+        table(
+            ("AT", "EVENT", "ATTEMPT", "WORKER", "MESSAGE"),
+            [(e.created_at, e.event_type, e.attempt, e.worker_id, e.message) for e in events],
+            max_width=100,
+        )
+    )
+    if r.last_error:
+        parts += ["", "last error:", r.last_error]
+    return document, "\n".join(parts)
+
+
+def run_cancel(now: datetime, o: dict[str, Any]) -> Output:
+    r = runs.cancel_run(o["run_id"], now=now, by="distsched command")
+    text = (
+        f"run {r.pk} cancelled"
+        if r.state == RunState.CANCELLED
+        else f"run {r.pk} is {r.state}: cancel requested (the task stops when it checks)"
+    )
+    return records.run_record(r), text
+
+
+def run_requeue(now: datetime, o: dict[str, Any]) -> Output:
+    r = runs.requeue_run(o["run_id"], now=now, by="distsched command")
+    return records.run_record(r), (f"run {r.pk} requeued: pending, up to {r.max_attempts - r.attempts} more attempt(s)")
+
+
+# ------------------------------------------------------ workers, stats, prune
+
+
+def worker_list(now: datetime, o: dict[str, Any]) -> Output:
+    document = [records.worker_record(w, now=now) for w in workers.list_workers()]
+    rows = [
+        (
+            d["worker_id"],
+            d["hostname"],
+            d["pid"],
+            ",".join(d["queues"]),
+            d["status"],
+            d["liveness"],
+            seconds(d["heartbeat_age_seconds"]),
+            d["current_run"],
+            d["runs_executed"],
+            seconds(d["clock_skew_seconds"]),
+        )
+        for d in document
+    ]
+    headers = (
+        "WORKER",
+        "HOST",
+        "PID",
+        "QUEUES",
+        "STATUS",
+        "LIVENESS",
+        "HEARTBEAT AGE",
+        "CURRENT RUN",
+        "RUNS",
+        "CLOCK SKEW",
+    )
+    return document, table(headers, rows) if rows else "no workers"
+
+
+def show_stats(now: datetime, o: dict[str, Any]) -> Output:
+    s = stats.stats(now=now)
+    counts = ", ".join(f"{state} {n}" for state, n in s.runs_by_state.items())
+    lines = [
+        key_values(
+            [
+                ("runs", counts),
+                ("schedules", f"{s.schedules_total} total, {s.schedules_paused} paused, {s.schedules_overdue} overdue"),
+                ("workers", f"{s.workers_alive} alive, {s.workers_stale} stale, {s.workers_stopped} stopped"),
+                ("mean duration (24h)", seconds(s.mean_duration_seconds)),
+                ("failures (24h)", s.failures_last_24h),
+                ("retries (24h)", s.retries_last_24h),
+            ]
+        )
+    ]
+    if s.recent_failures:
+        lines += [
+            "",
+            "recent failures:",
+            table(
+                ("AT", "RUN", "TASK", "ATTEMPT", "MESSAGE"),
+                [(f.at, f.run_id, f.task_name, f.attempt, f.message) for f in s.recent_failures],
+                max_width=100,
+            ),
+        ]
+    return s.as_dict(), "\n".join(lines)
+
+
+def prune(now: datetime, o: dict[str, Any]) -> Output:
+    r = maintenance.prune_runs(older_than=o["older_than"], now=now, batch_size=o["batch_size"], dry_run=o["dry_run"])
+    document = {
+        "runs": r.runs,
+        "events": r.events,
+        "workers": r.workers,
+        "cutoff": records.iso(r.cutoff),
+        "dry_run": r.dry_run,
+        "batches": r.batches,
+    }
+    verb = "would delete" if r.dry_run else "deleted"
+    return document, (
+        f"{verb} {r.runs} run(s) finished before {when(r.cutoff)}, {r.events} event(s) "
+        f"and {r.workers} worker(s) silent since then"
+    )
+
+
+VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
+    "schedule create": schedule_create,
+    "schedule list": schedule_list,
+    "schedule show": schedule_show,
+    "schedule pause": schedule_pause,
+    "schedule resume": schedule_resume,
+    "schedule trigger": schedule_trigger,
+    "run list": run_list,
+    "run show": run_show,
+    "run cancel": run_cancel,
+    "run requeue": run_requeue,
+    "worker list": worker_list,
+    "stats": show_stats,
+    "prune": prune,
+}
