@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 
 
 def retry_delay(
@@ -40,3 +41,26 @@ def retry_delay(
     if jitter > 0:
         delay += delay * jitter * rand()
     return float(delay)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """How a run retries: its attempt budget and its backoff (a schedule's fields, or an
+    enqueued run's own ``retry_policy``)."""
+
+    max_attempts: int
+    base: float
+    cap: float
+    jitter: float = 0.0
+
+    def delay(self, attempts: int, rand: Callable[[], float] = random.random) -> float:
+        return retry_delay(attempts, base=self.base, cap=self.cap, jitter=self.jitter, rand=rand)
+
+    def as_json(self) -> dict[str, float]:
+        return {"attempts": self.max_attempts, "base": self.base, "cap": self.cap, "jitter": self.jitter}
+
+    @classmethod
+    def from_json(cls, data: dict[str, float]) -> RetryPolicy:
+        return cls(
+            max_attempts=int(data["attempts"]), base=data["base"], cap=data["cap"], jitter=data.get("jitter", 0.0)
+        )

@@ -79,6 +79,10 @@ TERMINAL_STATES = (RunState.SUCCEEDED, RunState.DEAD, RunState.CANCELLED, RunSta
 class Origin(models.TextChoices):
     SCHEDULE = "schedule", "schedule"
     MANUAL = "manual", "manual"
+    ENQUEUED = "enqueued", "enqueued"  # by code: django.tasks' enqueue(), the API, the CLI
+
+
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
 
 
 class WorkerStatus(models.TextChoices):
@@ -174,11 +178,11 @@ def _literal_states(qs: _QS, states: tuple[str, ...]) -> _QS:
 
 class RunQuerySet(models.QuerySet):
     def waiting(self, now: datetime, queues: list[str] | tuple[str, ...] | None = None) -> RunQuerySet:
-        """Pending or retrying runs whose time has come, oldest slot first."""
+        """Pending or retrying runs whose time has come: highest priority first, then oldest."""
         qs = _literal_states(self, WAITING_STATES).filter(available_at__lte=now)
         if queues:
             qs = qs.filter(queue__in=list(queues))
-        return qs.order_by("available_at", "id")
+        return qs.order_by("-priority", "available_at", "id")
 
     def lease_expired(self, now: datetime, queues: list[str] | tuple[str, ...] | None = None) -> RunQuerySet:
         """Leased or running runs whose owner missed its lease deadline."""
@@ -197,7 +201,10 @@ class RunQuerySet(models.QuerySet):
 class Run(models.Model):
     # No separate FK index: "distsched_run_sched_id" (schedule, -id) covers it,
     # and every index costs a write per generated run.
-    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs", db_index=False)
+    # None for an enqueued run: it belongs to no schedule.
+    schedule = models.ForeignKey(
+        Schedule, on_delete=models.CASCADE, related_name="runs", db_index=False, null=True, blank=True
+    )
     task_name = models.CharField(max_length=200)
     args = StorableJSONField(default=list, blank=True)
     kwargs = StorableJSONField(default=dict, blank=True)
@@ -220,6 +227,12 @@ class Run(models.Model):
     cancel_requested = models.BooleanField(default=False)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
+    # Claims take higher priorities first (-100..100); a database default, so bulk inserts may omit it.
+    priority = models.SmallIntegerField(default=0, db_default=0)
+    # The retry policy of a run without a schedule ({"attempts", "base", "cap", "jitter"}); else the schedule's.
+    retry_policy = StorableJSONField(null=True, blank=True)
+    # Unique enqueue: at most one active (not finished) run per key, enforced by a partial unique index.
+    unique_key = models.CharField(max_length=255, blank=True, default="", db_default="")
 
     objects = RunQuerySet.as_manager()
 
@@ -233,11 +246,20 @@ class Run(models.Model):
                 condition=Q(origin="schedule"),
                 name="distsched_run_unique_slot",
             ),
+            # Unique enqueue: while a run with this key is not finished, no second one.
+            models.UniqueConstraint(
+                fields=["unique_key"],
+                condition=Q(state__in=["pending", "leased", "running", "retrying"]) & ~Q(unique_key=""),
+                name="distsched_run_unique_active_key",
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=MIN_PRIORITY, priority__lte=MAX_PRIORITY), name="distsched_run_priority"
+            ),
         ]
         indexes = [
-            # The claim query: waiting runs by queue and due time.
+            # The claim query: waiting runs by queue, priority (highest first) and due time.
             models.Index(
-                fields=["queue", "available_at", "id"],
+                fields=["queue", "-priority", "available_at", "id"],
                 name="distsched_run_waiting",
                 condition=Q(state__in=["pending", "retrying"]),
             ),
@@ -249,8 +271,8 @@ class Run(models.Model):
             ),
             # Lists filtered by state, newest first.
             models.Index(fields=["state", "-id"], name="distsched_run_state_id"),
-            # Counts by state and queue (stats, metrics, dashboard), read from this index alone.
-            models.Index(fields=["state", "queue"], name="distsched_run_state_queue"),
+            # Counts by state, queue and origin (stats, metrics, dashboard), read from this index alone.
+            models.Index(fields=["state", "queue", "origin"], name="distsched_run_state_queue"),
             models.Index(fields=["schedule", "-id"], name="distsched_run_sched_id"),
             # Finished runs only (prune, recent durations): pending inserts skip it.
             models.Index(fields=["finished_at"], name="distsched_run_finished", condition=Q(finished_at__isnull=False)),
@@ -278,6 +300,15 @@ class Liveness(models.TextChoices):
 def _stale_before(now: datetime) -> datetime:
     """The liveness rule's one cutoff: a heartbeat older than this is stale."""
     return now - timedelta(seconds=conf.STALE_AFTER_SECONDS)
+
+
+def schedule_name_of(run: Run) -> str | None:
+    """The name of the run's schedule (None for an enqueued run), from the ``schedule_name``
+    annotation of list queries when present, else from the schedule row."""
+    name = getattr(run, "schedule_name", None)
+    if name is not None:
+        return name
+    return run.schedule.name if run.schedule_id is not None and run.schedule is not None else None
 
 
 class WorkerQuerySet(models.QuerySet):
@@ -350,6 +381,8 @@ class RunEvent(models.Model):
     worker_id = models.CharField(max_length=200, blank=True, default="")
     attempt = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField()
+    # A failed attempt's exception, for django.tasks' TaskError: {"exception_class_path", "traceback"}.
+    data = StorableJSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]

@@ -23,9 +23,18 @@ TASK_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 
 @dataclass(frozen=True, kw_only=True)
 class TaskEntry:
+    """A registered task. ``framework_task`` is the ``django.tasks`` Task when the function was
+    declared with the framework's ``@task`` (its name is then the function's module path)."""
+
     name: str
     func: Callable[..., Any]
     accepts_context: bool
+    framework_task: Any = None
+
+    @property
+    def takes_framework_context(self) -> bool:
+        """A framework task with ``takes_context=True``: a ``TaskContext`` is its first argument."""
+        return bool(self.framework_task is not None and self.framework_task.takes_context)
 
 
 def _accepts_context(func: Callable[..., Any]) -> bool:
@@ -49,16 +58,23 @@ class TaskRegistry:
         self._tasks: dict[str, TaskEntry] = {}
         self._lock = threading.Lock()
 
-    def register(self, name: str, func: Callable[..., Any]) -> TaskEntry:
+    def register(self, name: str, func: Callable[..., Any], *, framework_task: Any = None) -> TaskEntry:
         if not isinstance(name, str) or not TASK_NAME_RE.match(name):
             raise DuplicateTask(f"invalid task name {name!r}: use 1-200 of A-Z a-z 0-9 _ . : -")
         with self._lock:
             existing = self._tasks.get(name)
             if existing is not None and _identity(existing.func) != _identity(func):
                 raise DuplicateTask(f"task {name!r} is already registered by {existing.func!r}")
-            entry = TaskEntry(name=name, func=func, accepts_context=_accepts_context(func))
+            if existing is not None and framework_task is None:
+                framework_task = existing.framework_task  # the same function, also declared with @task
+            accepts = framework_task is None and _accepts_context(func)
+            entry = TaskEntry(name=name, func=func, accepts_context=accepts, framework_task=framework_task)
             self._tasks[name] = entry
             return entry
+
+    def register_framework_task(self, task: Any) -> TaskEntry:
+        """Register a ``django.tasks`` Task under its function's module path (its stored name)."""
+        return self.register(task.module_path, task.func, framework_task=task)
 
     def unregister(self, name: str) -> None:
         with self._lock:
@@ -69,6 +85,9 @@ class TaskRegistry:
             return self._tasks[name]
         except KeyError:
             raise UnknownTask(f"no task registered as {name!r}") from None
+
+    def find(self, name: str) -> TaskEntry | None:
+        return self._tasks.get(name)
 
     def __contains__(self, name: object) -> bool:
         return name in self._tasks

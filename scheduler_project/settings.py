@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+import django
 from django.core.exceptions import ImproperlyConfigured
 
 from scheduler_project import env
@@ -59,6 +60,8 @@ INSTALLED_APPS = [
     "distsched_app",
     "examples.demo",
 ]
+if django.VERSION < (6, 0):
+    INSTALLED_APPS.insert(0, "django_tasks")  # the django.tasks backport (its checks and signals)
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -147,6 +150,15 @@ SPECTACULAR_SETTINGS = {
 }
 
 DISTSCHED: dict[str, Any] = {}
+
+# Django's task framework: @task functions' .enqueue() writes distsched runs (README, "Django's task framework").
+TASKS = {
+    "default": {
+        "BACKEND": "distsched_app.backends.DistschedBackend",
+        "QUEUES": ["default", "emails", "reports"],
+        "OPTIONS": {"MAX_ATTEMPTS": 3, "RETRY_BASE_SECONDS": 10, "RETRY_MAX_SECONDS": 3600},
+    }
+}
 
 LOGGING = {
     "version": 1,

@@ -16,3 +16,16 @@ ALLOWED_HOSTS = [*ALLOWED_HOSTS, "testserver"]
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DISTSCHED = {}
+# Ours next to the framework's reference backend, for the conformance tests (any queue name).
+# "default" does not retry, like the reference; "retrying" does, quickly.
+TASKS = {
+    "default": {"BACKEND": "distsched_app.backends.DistschedBackend", "QUEUES": [], "OPTIONS": {"MAX_ATTEMPTS": 1}},
+    "retrying": {
+        "BACKEND": "distsched_app.backends.DistschedBackend",
+        "QUEUES": [],
+        "OPTIONS": {"MAX_ATTEMPTS": 3, "RETRY_BASE_SECONDS": 1, "RETRY_MAX_SECONDS": 60},
+    },
+    "immediate": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend", "QUEUES": []}
+    if __import__("django").VERSION < (6, 0)
+    else {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend", "QUEUES": []},
+}

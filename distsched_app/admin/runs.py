@@ -175,7 +175,10 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="schedule", ordering="schedule__name")
     def schedule_name(self, obj: Run) -> str:
-        return format_html("<a href='{}'>{}</a>", change_url(Schedule, obj.schedule_id), obj.schedule.name)
+        schedule = obj.schedule
+        if schedule is None:
+            return format_html("<span class='distsched-muted'>{}</span>", obj.origin)  # an enqueued run
+        return format_html("<a href='{}'>{}</a>", change_url(Schedule, schedule.pk), schedule.name)
 
     @admin.display(description="schedule")
     def schedule_link(self, obj: Run) -> str:

@@ -15,7 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..errors import ValidationError
-from ..models import CatchUp, Liveness, Overlap, Run, RunEvent, Schedule, ScheduleKind, Worker
+from ..models import CatchUp, Liveness, Overlap, Run, RunEvent, Schedule, ScheduleKind, Worker, schedule_name_of
 from ..services import queries
 from ..services import schedules as schedule_service
 from ..services.validation import MAX_ATTEMPTS_LIMIT, MAX_INTERVAL_SECONDS, NAME_MAX
@@ -153,11 +153,10 @@ class RunSerializer(serializers.ModelSerializer):
         fields = RUN_FIELDS
         read_only_fields = RUN_FIELDS
 
-    @extend_schema_field(serializers.CharField())
-    def get_schedule(self, run: Run) -> str:
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_schedule(self, run: Run) -> str | None:
         # Lists annotate the name (services.queries.runs); single runs come with their schedule.
-        name = getattr(run, "schedule_name", None)
-        return name if name is not None else run.schedule.name
+        return schedule_name_of(run)
 
 
 class RunEventSerializer(serializers.ModelSerializer):

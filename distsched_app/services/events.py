@@ -21,6 +21,7 @@ class NewEvent:
     message: str = ""
     worker_id: str = ""
     attempt: int = 0
+    data: dict | None = None  # a failed attempt's exception (see RunEvent.data)
 
 
 def _storable(message: str) -> str:
@@ -36,6 +37,7 @@ def _build(e: NewEvent) -> RunEvent:
         worker_id=e.worker_id,
         attempt=e.attempt,
         created_at=e.now,
+        data=e.data,
     )
 
 
@@ -67,6 +69,10 @@ def record_many(events: Iterable[NewEvent]) -> None:
     the insert itself.
     """
     events = list(events)
+    if any(e.data is not None for e in events):
+        # A failure's exception details (JSON): rare, so the ORM writes them in one INSERT.
+        RunEvent.objects.bulk_create([_build(e) for e in events])
+        return
     bulk.insert_rows(
         RunEvent,
         {

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import F
 
-from ..backoff import retry_delay
+from ..backoff import RetryPolicy
 from ..clock import iso_utc
 from ..conf import conf
 from ..db import locks
@@ -30,6 +30,21 @@ def truncate_error(text: str, limit: int | None = None) -> str:
     """A stored error: storable (``text.storable``), at most ``limit`` characters
     (default ``MAX_ERROR_CHARS``), its head and its tail (where the raise is) kept."""
     return storable(text, limit or conf.MAX_ERROR_CHARS, keep_tail=True)
+
+
+def retry_policy_of(run: Run) -> RetryPolicy:
+    """An enqueued run carries its own policy; a scheduled run follows its schedule's."""
+    if run.retry_policy:
+        return RetryPolicy.from_json(run.retry_policy)
+    schedule = run.schedule
+    if schedule is None:  # an enqueued run written without a policy (by hand): the settings' defaults
+        return RetryPolicy(max_attempts=conf.MAX_ATTEMPTS, base=conf.RETRY_BASE_SECONDS, cap=conf.RETRY_MAX_SECONDS)
+    return RetryPolicy(
+        max_attempts=schedule.max_attempts,
+        base=schedule.retry_base_seconds,
+        cap=schedule.retry_max_seconds,
+        jitter=schedule.retry_jitter,
+    )
 
 
 def storable_result(value: object) -> object:
@@ -53,12 +68,14 @@ def record_failure(
     rand: Callable[[], float] = random.random,
     started_at: datetime | None = None,
     record_started: bool = False,
+    exception_class_path: str = "",
 ) -> str | None:
     """Record a failed attempt: retrying with backoff, dead, or cancelled.
 
     ``cancelled`` means the task raised RunCancelled. A failure after a cancel
-    request also ends ``cancelled``, never ``retrying``. Returns the new state,
-    or None when the lease was lost.
+    request also ends ``cancelled``, never ``retrying``. ``exception_class_path``
+    and the traceback are kept on the ``failed`` event (django.tasks reads them
+    as the attempt's ``TaskError``). Returns the new state, or None when the lease was lost.
     """
     with transaction.atomic():
         run = locks.row_locked(_fenced(run_id, worker_id, attempt).select_related("schedule"), of=("self",)).first()
@@ -66,6 +83,11 @@ def record_failure(
             _lease_lost(run_id, worker_id, attempt, now, "failed")
             return None
         full_error = truncate_error(f"{error}\n\n{traceback_text}".strip())
+        detail = (
+            {"exception_class_path": storable(exception_class_path), "traceback": truncate_error(traceback_text)}
+            if exception_class_path
+            else None
+        )
         changes: dict[str, object] = {
             "last_error": full_error,
             "lease_owner": "",
@@ -96,6 +118,7 @@ def record_failure(
                         worker_id=worker_id,
                         attempt=attempt,
                         message=error,
+                        data=detail,
                     )
                 )
             new.append(
@@ -117,17 +140,11 @@ def record_failure(
                     worker_id=worker_id,
                     attempt=attempt,
                     message=error,
+                    data=detail,
                 )
             )
             if run.attempts < run.max_attempts:
-                schedule = run.schedule
-                delay = retry_delay(
-                    run.attempts,
-                    base=schedule.retry_base_seconds,
-                    cap=schedule.retry_max_seconds,
-                    jitter=schedule.retry_jitter,
-                    rand=rand,
-                )
+                delay = retry_policy_of(run).delay(run.attempts, rand=rand)
                 available = now + timedelta(seconds=delay)
                 changes.update(state=RunState.RETRYING, available_at=available)
                 new.append(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.db import transaction
 
 from ..errors import InvalidStateTransition, RunNotFound
-from ..models import EventType, Run, RunState
+from ..models import EventType, Run, RunEvent, RunState
 from . import events
+from .outcomes import retry_policy_of
 
 CANCELLABLE_AT_ONCE = (RunState.PENDING, RunState.RETRYING)
 CANCELLABLE_COOPERATIVELY = (RunState.LEASED, RunState.RUNNING)
@@ -70,7 +72,7 @@ def requeue_run(run_id: int, *, now: datetime, by: str = "") -> Run:
             raise InvalidStateTransition(f"run {run.pk} is {run.state}; only dead or cancelled runs can be requeued")
         run.state = RunState.PENDING
         run.available_at = now
-        run.max_attempts = run.attempts + run.schedule.max_attempts
+        run.max_attempts = run.attempts + retry_policy_of(run).max_attempts
         run.cancel_requested = False
         run.finished_at = None
         run.lease_owner = ""
@@ -95,3 +97,62 @@ def requeue_run(run_id: int, *, now: datetime, by: str = "") -> Run:
             message=f"requeued by {by or 'operator'}; up to {run.max_attempts - run.attempts} more attempt(s)",
         )
     return run
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptHistory:
+    """A run's attempts as its history tells them (what django.tasks reports of a result)."""
+
+    worker_ids: tuple[str, ...] = ()  # one per attempt, in order
+    first_started_at: datetime | None = None
+    last_started_at: datetime | None = None
+    errors: tuple[tuple[str, str], ...] = ()  # (exception class path, traceback) per failed attempt
+
+    @classmethod
+    def empty(cls) -> AttemptHistory:
+        return cls()
+
+    def with_attempt(self, worker_id: str, started_at: datetime) -> AttemptHistory:
+        return replace(
+            self,
+            worker_ids=(*self.worker_ids, worker_id),
+            last_started_at=started_at,
+            first_started_at=self.first_started_at or started_at,
+        )
+
+    def with_error(self, exception_class_path: str, traceback: str) -> AttemptHistory:
+        return replace(self, errors=(*self.errors, (exception_class_path, traceback)))
+
+
+ATTEMPT_EVENTS = (EventType.CLAIMED, EventType.RELEASED, EventType.STARTED, EventType.FAILED)
+
+
+def attempt_history(run_id: int, *, before_attempt: int | None = None) -> AttemptHistory:
+    """The attempts of a run (those numbered below ``before_attempt``, if given), in one query.
+
+    A claim gives an attempt its worker; a ``released`` event hands an unstarted
+    attempt back (the next claim reuses its number).
+    """
+    qs = RunEvent.objects.filter(run_id=run_id, event_type__in=ATTEMPT_EVENTS)
+    if before_attempt is not None:
+        qs = qs.filter(attempt__lt=before_attempt)
+    workers: dict[int, str] = {}
+    first = last = None
+    errors: list[tuple[str, str]] = []
+    for kind, attempt, worker_id, at, data in qs.order_by("id").values_list(
+        "event_type", "attempt", "worker_id", "created_at", "data"
+    ):
+        if kind == EventType.CLAIMED:
+            workers[attempt] = worker_id
+        elif kind == EventType.RELEASED:
+            workers.pop(attempt + 1, None)
+        elif kind == EventType.STARTED:
+            first, last = first or at, at
+        elif data:
+            errors.append((data.get("exception_class_path", ""), data.get("traceback", "")))
+    return AttemptHistory(
+        worker_ids=tuple(workers[n] for n in sorted(workers)),
+        first_started_at=first,
+        last_started_at=last,
+        errors=tuple(errors),
+    )

@@ -8,8 +8,12 @@ is the recorder's and the outcome services' business.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import threading
 import time
 import traceback
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,7 +22,7 @@ from ..clock import Clock
 from ..context import RunContext
 from ..errors import RunCancelled
 from ..models import Run
-from ..registry import TaskRegistry
+from ..registry import TaskEntry, TaskRegistry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,8 +49,10 @@ class Attempt:
     failed: bool = False
     cancelled: bool = False
     error: str = ""
+    error_class: str = ""  # the exception's class path, e.g. "builtins.ValueError"
     tb: str = ""
     result: Any = None
+    entry: TaskEntry | None = None  # the registered task, once looked up
 
     @property
     def run_id(self) -> int:
@@ -89,13 +95,42 @@ def format_traceback(exc: BaseException) -> str:
         return f"<traceback unavailable for {type(exc).__name__}>"
 
 
+def class_path(exc: BaseException) -> str:
+    kind = type(exc)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+_loops = threading.local()
+
+
+def run_coroutine(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Await an async task's coroutine on this thread's own event loop (one per worker thread,
+    kept between runs, so a loop is not built and torn down for every run)."""
+    loop = getattr(_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _loops.loop = asyncio.new_event_loop()
+    return loop.run_until_complete(coroutine)
+
+
 def call_task(
-    attempt: Attempt, *, registry: TaskRegistry, context: RunContext, clock: Clock, cancelled_before_start: bool
+    attempt: Attempt,
+    *,
+    registry: TaskRegistry,
+    context: RunContext,
+    framework_context: Callable[[TaskEntry], Any],
+    on_start: Callable[[TaskEntry], None],
+    clock: Clock,
+    cancelled_before_start: bool,
 ) -> None:
     """Run the attempt's task and fill in its outcome; never raises.
 
-    A prefetched run whose cancel was requested before it started is not
-    called at all: it ends cancelled.
+    Only a registered name runs (an unknown one is a failed attempt). A distsched
+    task gets ``context=`` if it names that parameter; a django.tasks task with
+    ``takes_context`` gets ``framework_context(entry)`` as its first argument.
+    ``on_start(entry)`` runs just before the call (django.tasks' ``task_started``).
+    A coroutine function (or one returning a coroutine) is awaited on the thread's
+    event loop. A prefetched run whose cancel was requested before it started is
+    not called at all: it ends cancelled.
     """
     run = attempt.run
     attempt.started_at = clock.now()
@@ -105,14 +140,22 @@ def call_task(
         attempt.error = "cancel requested before the run started"
     else:
         try:
-            entry = registry.get(run.task_name)
+            entry = attempt.entry = registry.get(run.task_name)
+            on_start(entry)
+            args = list(run.args)
             kwargs = dict(run.kwargs)
             if entry.accepts_context:
                 kwargs["context"] = context
-            attempt.result = entry.func(*run.args, **kwargs)
+            elif entry.takes_framework_context:
+                args.insert(0, framework_context(entry))
+            result = entry.func(*args, **kwargs)
+            if inspect.iscoroutine(result):
+                result = run_coroutine(result)
+            attempt.result = result
         except RunCancelled as exc:
             attempt.failed, attempt.cancelled, attempt.error = True, True, describe_exception(exc)
         except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from task code fail the run
             attempt.failed, attempt.error, attempt.tb = True, describe_exception(exc), format_traceback(exc)
+            attempt.error_class = class_path(exc)
     attempt.duration = time.monotonic() - attempt.started_mono
     attempt.finished_at = clock.now()

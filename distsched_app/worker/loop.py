@@ -10,6 +10,7 @@ comes from amortising transactions, not from weakening them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -18,7 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from ..context import RunContext
 from ..db.retry import Backoff, is_transient, reset_connection, retry_transient
@@ -26,7 +27,7 @@ from ..models import Run, WorkerStatus
 from ..services import claiming, workers
 from ..services import runs as run_service
 from ..services import tick as tick_service
-from . import signals
+from . import frameworks, signals
 from .execute import Attempt, Execution, call_task, describe_exception
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class Loop:
         self.pace = Pace()
         self._pace_lock = threading.Lock()
         self._next_tick = 0.0
+        self._probe_pool: ThreadPoolExecutor | None = None
         # Monotonic time of the next lease-recovery query (it runs about once a second).
         self.next_expired_check = 0.0
 
@@ -86,6 +88,7 @@ class Loop:
                 ),
                 attempts=3,
             )
+            self.close()
             w.log(logging.INFO, "worker stopped", executed=w.executed - before)
             if restore:
                 restore()
@@ -100,7 +103,10 @@ class Loop:
             runs = self.claim(1, force_expired=True)
             if not runs:
                 return None
-            return self.execute(w.held.hold(runs)[0], flush=True)
+            try:
+                return self.execute(w.held.hold(runs)[0], flush=True)
+            finally:
+                self.close()
 
     def execute(self, attempt: Attempt, *, flush: bool) -> Execution:
         """Call the attempt's task, then record (a success is buffered unless ``flush``)."""
@@ -149,14 +155,22 @@ class Loop:
         context = RunContext(
             run_id=run.pk,
             schedule_id=run.schedule_id,
-            schedule_name=run.schedule.name,
+            schedule_name=run.schedule.name if run.schedule is not None else "",
             worker_id=w.worker_id,
             scheduled_for=run.scheduled_for,
             attempt=run.attempts,
             idempotency_key=run.idempotency_key,
             _cancel_probe=self._cancel_probe(run.pk),
         )
-        call_task(attempt, registry=w.registry, context=context, clock=w.clock, cancelled_before_start=cancelled_before)
+        call_task(
+            attempt,
+            registry=w.registry,
+            context=context,
+            framework_context=lambda entry: frameworks.context(entry, attempt, context),
+            on_start=lambda entry: frameworks.started(w, entry, attempt),
+            clock=w.clock,
+            cancelled_before_start=cancelled_before,
+        )
         with self._pace_lock:
             self.pace.observe(attempt.duration)
         w.held.stop(attempt.run_id)
@@ -250,7 +264,7 @@ class Loop:
             if time.monotonic() - last_check[0] >= CANCEL_PROBE_SECONDS:
                 last_check[0] = time.monotonic()
                 try:
-                    flag = run_service.cancel_requested(run_id)
+                    flag = self._ask_cancel_requested(run_id)
                 except Exception:  # noqa: BLE001 - task code calls this: it must not raise; the heartbeat re-reads it
                     flag = False
                 if flag:
@@ -259,6 +273,25 @@ class Loop:
             return False
 
         return probe
+
+    def _ask_cancel_requested(self, run_id: int) -> bool:
+        """The database's cancel flag. Inside an async task's event loop Django refuses queries,
+        so there the question goes to one helper thread (its connection kept for the next one)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return run_service.cancel_requested(run_id)
+        with self._pace_lock:
+            if self._probe_pool is None:
+                self._probe_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="distsched-probe")
+        return self._probe_pool.submit(run_service.cancel_requested, run_id).result(timeout=30)
+
+    def close(self) -> None:
+        """Stop the cancel-probe helper thread, if an async task started one (with its connection)."""
+        pool, self._probe_pool = self._probe_pool, None
+        if pool is not None:
+            pool.submit(connections.close_all).result(timeout=30)
+            pool.shutdown(wait=True)
 
     def _retry_db(self, fn: Callable[[], object], *, attempts: int | None) -> None:
         """Registration (retried until it works) and the final status (best effort, ``attempts`` tries)."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..db.retry import Backoff, is_transient, retry_transient
 from ..models import RunState
 from ..services import outcomes
+from . import frameworks
 from .execute import Attempt, Execution, describe_exception
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class Recorder:
                         error=attempt.error,
                         traceback_text=attempt.tb,
                         cancelled=attempt.cancelled,
+                        exception_class_path=attempt.error_class,
                         started_at=attempt.started_at,
                         record_started=not attempt.started_recorded,
                     )
@@ -72,6 +74,7 @@ class Recorder:
                     state, label = None, "unrecorded"
                 w.held.release(attempt.run_id)
             self._log_finished(attempt, state, label)
+            frameworks.finished(w, attempt, state)
             return Execution(
                 run_id=attempt.run_id,
                 attempt=attempt.number,
@@ -132,6 +135,7 @@ class Recorder:
                 self._log_finished(a, None, "lease_lost")
             else:
                 self._log_finished(a, RunState.SUCCEEDED.value)
+                frameworks.finished(w, a, RunState.SUCCEEDED.value)
         return None if lost is None else lost | unrecorded
 
     def _record_successes(self, successes: list[outcomes.Success]) -> tuple[set[int], set[int]]:
@@ -260,7 +264,7 @@ class Recorder:
             level,
             "run finished",
             run_id=run.pk,
-            schedule=run.schedule.name,
+            schedule=run.schedule.name if run.schedule is not None else None,
             task=run.task_name,
             attempt=run.attempts,
             state=state or label,

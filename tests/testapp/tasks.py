@@ -89,3 +89,87 @@ def crash(context: RunContext, code: int = 17) -> None:
         run_id=context.run_id, attempt=context.attempt, worker_id=context.worker_id, pid=os.getpid()
     )
     os._exit(code)
+
+
+# -- tasks declared with Django's task framework (django.tasks, or the backport on Django 5.2) --------
+
+try:
+    from django.tasks import task as framework_task
+except ImportError:
+    from django_tasks import task as framework_task
+
+
+@framework_task
+def ft_add(a: int, b: int) -> int:
+    return a + b
+
+
+@framework_task
+def ft_noop() -> None:
+    return None
+
+
+@framework_task
+def ft_fail(message: str = "framework boom") -> None:
+    raise ValueError(message)
+
+
+@framework_task(takes_context=True)
+def ft_context(context, note: str = "") -> dict:
+    return {
+        "id": context.task_result.id,
+        "attempt": context.attempt,
+        # distsched's extras; the reference backends' TaskContext has none.
+        "idempotency_key": getattr(context, "idempotency_key", None),
+        "fencing_token": getattr(context, "fencing_token", None),
+        "worker_ids": list(context.task_result.worker_ids),
+        "note": note,
+    }
+
+
+@framework_task(takes_context=True)
+def ft_flaky(context, fail_attempts: int = 1) -> int:
+    """Fails its first ``fail_attempts`` attempts, then returns the attempt number."""
+    if context.attempt <= fail_attempts:
+        raise RuntimeError(f"planned failure on attempt {context.attempt}")
+    return context.attempt
+
+
+@framework_task
+async def ft_async(x: int) -> int:
+    import asyncio
+
+    await asyncio.sleep(0)
+    return x * 2
+
+
+@framework_task(takes_context=True)
+async def ft_async_cancellable(context) -> str:
+    import asyncio
+
+    for _ in range(200):
+        if context.cancel_requested():
+            context.raise_if_cancelled()
+        await asyncio.sleep(0.01)
+    return "not cancelled"
+
+
+@framework_task(takes_context=True)
+def ft_record(context, sleep: float = 0.0) -> int:
+    """One row per execution (the concurrency tests count them); the first attempt sleeps ``sleep``."""
+    from .models import Execution
+
+    Execution.objects.create(
+        run_id=int(context.task_result.id),
+        attempt=context.attempt,
+        worker_id=context.task_result.worker_ids[-1],
+        pid=os.getpid(),
+    )
+    if sleep and context.attempt == 1:
+        time.sleep(sleep)
+    return context.attempt
+
+
+@framework_task(priority=5, queue_name="urgent")
+def ft_urgent() -> str:
+    return "urgent"

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from ...clock import iso_utc
-from ...models import Liveness, Run, RunEvent, Schedule, Worker
+from ...models import Liveness, Run, RunEvent, Schedule, Worker, schedule_name_of
 
 
 def iso(value: datetime | None) -> str | None:
@@ -59,7 +59,7 @@ def run_record(run: Run) -> dict[str, Any]:
     return {
         "id": run.pk,
         # Lists annotate ``schedule_name`` (services.queries.runs) instead of joining the schedule row.
-        "schedule": getattr(run, "schedule_name", None) or run.schedule.name,
+        "schedule": schedule_name_of(run),
         "task_name": run.task_name,
         "args": run.args,
         "kwargs": run.kwargs,

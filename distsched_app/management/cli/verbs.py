@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ...errors import ValidationError
-from ...models import RunState
+from ...models import RunState, schedule_name_of
 from ...services import maintenance, queries, runs, schedules, stats, workers
 from . import records
 from .tables import key_values, seconds, table, when
@@ -110,7 +110,7 @@ def schedule_resume(now: datetime, o: dict[str, Any]) -> Output:
 
 def schedule_trigger(now: datetime, o: dict[str, Any]) -> Output:
     r = schedules.trigger_schedule(o["name"], now=now, message="triggered from the command line")
-    return records.run_record(r), f"created run {r.pk} of schedule {r.schedule.name} (manual, queue {r.queue})"
+    return records.run_record(r), f"created run {r.pk} of schedule {o['name']} (manual, queue {r.queue})"
 
 
 # --------------------------------------------------------------------- runs
@@ -148,7 +148,7 @@ def run_show(now: datetime, o: dict[str, Any]) -> Output:
     document = {**records.run_record(r), "events": [records.event_record(e) for e in events]}
     pairs = [
         ("id", r.pk),
-        ("schedule", r.schedule.name),
+        ("schedule", schedule_name_of(r)),
         ("task_name", r.task_name),
         ("args", json.dumps(r.args)),
         ("kwargs", json.dumps(r.kwargs)),

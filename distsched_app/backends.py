@@ -1,0 +1,140 @@
+"""distsched as a backend of Django's task framework (``django.tasks``; the ``django-tasks``
+backport on Django 5.2).
+
+    TASKS = {"default": {"BACKEND": "distsched_app.backends.DistschedBackend",
+                         "QUEUES": ["default", "emails"],
+                         "OPTIONS": {"MAX_ATTEMPTS": 5, "RETRY_BASE_SECONDS": 10,
+                                     "RETRY_MAX_SECONDS": 3600, "RETRY_JITTER": 0.1}}}
+
+A thin adapter: ``enqueue`` validates the task as the framework does, then
+writes a run through ``services.enqueue`` in the caller's transaction (so a
+rollback enqueues nothing and no worker sees the run before the commit), and
+answers with the framework's ``TaskResult``; ``get_result`` reads the run and its
+history. Workers (``manage.py runworker``) execute enqueued runs like scheduled
+ones: leases, fencing, retries with backoff, dead runs, history.
+
+Every task this backend validates (at ``@task`` decoration, at ``using()``, at
+enqueue) is registered under its module path, so the workers know exactly the
+functions declared with ``@task`` in installed apps' ``tasks`` modules: a run
+naming anything else fails its attempt, and nothing is ever imported by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core import checks
+
+from . import task_results
+from .backoff import RetryPolicy
+from .clock import current_clock
+from .errors import DistschedError
+from .framework import BaseTaskBackend, InvalidTask, TaskResultDoesNotExist, normalize_json, task_enqueued
+from .models import Run
+from .registry import registry
+from .services import enqueue as enqueue_service
+from .services.runs import get_run
+from .services.validation import QUEUE_RE
+
+OPTION_NAMES = {
+    "MAX_ATTEMPTS": "max_attempts",
+    "RETRY_BASE_SECONDS": "retry_base_seconds",
+    "RETRY_MAX_SECONDS": "retry_max_seconds",
+    "RETRY_JITTER": "retry_jitter",
+}
+
+
+class DistschedBackend(BaseTaskBackend):
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self._policy_error: str | None = None
+        try:
+            self.policy: RetryPolicy | None = self._policy()
+        except DistschedError as exc:
+            self.policy, self._policy_error = None, str(exc)  # reported by check(); enqueue refuses
+
+    def _policy(self) -> RetryPolicy:
+        unknown = set(self.options) - set(OPTION_NAMES)
+        if unknown:
+            raise DistschedError(f"unknown OPTIONS: {', '.join(sorted(unknown))} (known: {', '.join(OPTION_NAMES)})")
+        return enqueue_service.validate_policy({OPTION_NAMES[k]: v for k, v in self.options.items()})
+
+    def validate_task(self, task: Any) -> None:
+        super().validate_task(task)
+        if not QUEUE_RE.fullmatch(task.queue_name):
+            raise InvalidTask(f"Queue '{task.queue_name}' is not a valid distsched queue name.")
+        entry = registry.find(task.module_path)
+        if entry is None or entry.func is not task.func:
+            registry.register_framework_task(task)
+
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        return self._enqueue(task, args, kwargs, unique_key="")
+
+    def _enqueue(self, task: Any, args: Any, kwargs: Any, *, unique_key: str) -> Any:
+        self.validate_task(task)
+        if self.policy is None:
+            raise InvalidTask(f"TASKS[{self.alias!r}] is misconfigured: {self._policy_error}")
+        job = enqueue_service.Job(
+            task_name=task.module_path, args=normalize_json(args), kwargs=normalize_json(kwargs),
+            queue=task.queue_name, priority=task.priority, run_after=task.run_after, unique_key=unique_key,
+        )  # fmt: skip
+        enqueued = enqueue_service.enqueue(job, now=current_clock().now(), policy=self.policy)
+        if not enqueued.created:
+            return task_results.result_of(enqueued.run, task)
+        result = task_results.enqueued(enqueued.run, task)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> Any:
+        run = _run(result_id)
+        entry = registry.find(run.task_name)
+        if entry is None or entry.framework_task is None:  # not a framework task's run
+            raise TaskResultDoesNotExist(result_id)
+        return task_results.result_of(run, task_results.task_of(entry, run).using(backend=self.alias))
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        problems: list[checks.CheckMessage] = []
+        if self._policy_error:
+            problems.append(
+                checks.Error(f"TASKS[{self.alias!r}]['OPTIONS']: {self._policy_error}", id="distsched.E010")
+            )
+        for queue in sorted(self.queues):
+            if not QUEUE_RE.fullmatch(queue):
+                problems.append(checks.Error(
+                    f"TASKS[{self.alias!r}]['QUEUES'] names {queue!r}, which is not a valid distsched queue name",
+                    hint="Use 1-100 of letters, digits, '.', '-' and '_'.", id="distsched.E011",
+                ))  # fmt: skip
+        return problems
+
+
+def _run(result_id: Any) -> Run:
+    text = str(result_id)
+    if not (text.isascii() and text.isdigit() and len(text) <= 19):
+        raise TaskResultDoesNotExist(result_id)
+    try:
+        return get_run(int(text))
+    except DistschedError:
+        raise TaskResultDoesNotExist(result_id) from None
+
+
+def enqueue_unique(task: Any, key: str, /, *args: Any, **kwargs: Any) -> Any:
+    """Enqueue ``task`` unless a run with ``key`` is not finished yet; then return that run's result.
+
+    Enforced by the database (a partial unique index over active runs), so two
+    concurrent enqueuers get one run between them.
+    """
+    backend = task.get_backend()
+    if not isinstance(backend, DistschedBackend):
+        raise InvalidTask(f"enqueue_unique needs a DistschedBackend, not {type(backend).__name__}")
+    return backend._enqueue(task, args, kwargs, unique_key=key)
+
+
+async def aenqueue_unique(task: Any, key: str, /, *args: Any, **kwargs: Any) -> Any:
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(enqueue_unique, thread_sensitive=True)(task, key, *args, **kwargs)

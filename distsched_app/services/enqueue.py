@@ -1,0 +1,150 @@
+"""Enqueued runs: work started by code rather than by the calendar.
+
+A run enqueued here is a run like any other (leases, fencing, retries with
+backoff, dead, cancel/requeue, events, prune), with no schedule: its origin
+is ``enqueued``, it carries its own retry policy and a ``priority``. The run and
+its ``created`` event are written in the caller's transaction (``db.runs``),
+so a rollback leaves no run and a commit can never lose one; no worker can
+see it before the commit. Everything is validated first: nothing half-written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..backoff import RetryPolicy
+from ..conf import RANGES, conf
+from ..db import runs as db_runs
+from ..errors import ValidationError
+from ..models import ACTIVE_STATES, MAX_PRIORITY, MIN_PRIORITY, Origin, Run, RunState
+from .validation import (
+    MAX_ATTEMPTS_LIMIT,
+    bounded_float,
+    bounded_int,
+    check_storable,
+    parse_datetime,
+    validate_payload,
+    validate_queue,
+    validate_task_name,
+)
+
+UNIQUE_KEY_MAX = 255
+ENQUEUED_MESSAGE = "enqueued"
+# A duplicate unique key whose run finishes between our INSERT and our SELECT: insert again.
+UNIQUE_RETRIES = 3
+
+
+def default_policy() -> RetryPolicy:
+    """The retry policy of an enqueued run when its caller gives none: the DISTSCHED defaults."""
+    return RetryPolicy(max_attempts=conf.MAX_ATTEMPTS, base=conf.RETRY_BASE_SECONDS, cap=conf.RETRY_MAX_SECONDS)
+
+
+def validate_policy(data: dict[str, Any]) -> RetryPolicy:
+    """``{"max_attempts", "retry_base_seconds", "retry_max_seconds", "retry_jitter"}`` (each optional)."""
+    unknown = set(data) - {"max_attempts", "retry_base_seconds", "retry_max_seconds", "retry_jitter"}
+    if unknown:
+        raise ValidationError(f"unknown retry option(s): {', '.join(sorted(unknown))}", field="retry")
+    base_default = default_policy()
+    policy = RetryPolicy(
+        max_attempts=bounded_int(
+            data.get("max_attempts", base_default.max_attempts), field="max_attempts", low=1, high=MAX_ATTEMPTS_LIMIT
+        ),
+        base=bounded_float(
+            data.get("retry_base_seconds", base_default.base),
+            field="retry_base_seconds",
+            low=0,
+            high=RANGES["RETRY_BASE_SECONDS"][2],
+        ),
+        cap=bounded_float(
+            data.get("retry_max_seconds", base_default.cap),
+            field="retry_max_seconds",
+            low=0,
+            high=RANGES["RETRY_MAX_SECONDS"][2],
+        ),
+        jitter=bounded_float(data.get("retry_jitter", 0.0), field="retry_jitter", low=0, high=1),
+    )
+    if policy.cap < policy.base:
+        raise ValidationError("retry_max_seconds must be at least retry_base_seconds", field="retry_max_seconds")
+    return policy
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """One run to enqueue, as a caller describes it."""
+
+    task_name: str
+    args: Sequence[Any] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    queue: str = "default"
+    priority: int = 0
+    run_after: datetime | None = None
+    unique_key: str = ""
+
+
+def _validated(job: Job, *, policy: RetryPolicy, now: datetime) -> db_runs.NewRun:
+    validate_task_name(job.task_name)
+    run_after = parse_datetime(job.run_after, field="run_after")
+    if not isinstance(job.unique_key, str) or len(job.unique_key) > UNIQUE_KEY_MAX:
+        raise ValidationError(f"unique_key must be a string of at most {UNIQUE_KEY_MAX} characters", field="unique_key")
+    check_storable(job.unique_key, field="unique_key")
+    return db_runs.NewRun(
+        task_name=job.task_name,
+        args=validate_payload(list(job.args) if isinstance(job.args, tuple) else job.args, field="args"),
+        kwargs=validate_payload(job.kwargs, field="kwargs"),
+        scheduled_for=run_after or now,
+        max_attempts=policy.max_attempts,
+        queue=validate_queue(job.queue),
+        priority=bounded_int(job.priority, field="priority", low=MIN_PRIORITY, high=MAX_PRIORITY),
+        retry_policy=policy.as_json(),
+        unique_key=job.unique_key,
+    )
+
+
+def _run(run_id: int, new: db_runs.NewRun, *, now: datetime) -> Run:
+    """The Run just written, built from what was written (no SELECT)."""
+    run = Run(
+        pk=run_id, schedule=None, task_name=new.task_name, args=new.args, kwargs=new.kwargs,
+        state=RunState.PENDING, scheduled_for=new.scheduled_for, available_at=new.scheduled_for, attempts=0,
+        max_attempts=new.max_attempts, queue=new.queue, origin=Origin.ENQUEUED,
+        idempotency_key=f"{Origin.ENQUEUED.value}:{run_id}", created_at=now, updated_at=now,
+        priority=new.priority, retry_policy=new.retry_policy, unique_key=new.unique_key,
+    )  # fmt: skip
+    run._state.adding = False
+    run._state.db = "default"
+    return run
+
+
+@dataclass(frozen=True, kw_only=True)
+class Enqueued:
+    run: Run
+    created: bool  # False: an active run with the same unique key was returned instead
+
+
+def enqueue(job: Job, *, now: datetime, policy: RetryPolicy | None = None) -> Enqueued:
+    """Write one run and its ``created`` event in the current transaction (at most two
+    INSERTs, one statement on PostgreSQL). With a ``unique_key`` held by an active run,
+    nothing is written and that run is returned."""
+    new = _validated(job, policy=policy or default_policy(), now=now)
+    for _ in range(UNIQUE_RETRIES):
+        run_id = db_runs.insert_enqueued(new, now=now, message=ENQUEUED_MESSAGE)
+        if run_id is not None:
+            return Enqueued(run=_run(run_id, new, now=now), created=True)
+        existing = Run.objects.filter(unique_key=new.unique_key, state__in=ACTIVE_STATES).first()
+        if existing is not None:
+            return Enqueued(run=existing, created=False)
+    raise ValidationError(f"unique_key {new.unique_key!r} is taken and released over and over", field="unique_key")
+
+
+def enqueue_many(jobs: Sequence[Job], *, now: datetime, policy: RetryPolicy | None = None) -> list[Run]:
+    """Write many runs and their events at once (no unique keys): the bulk path."""
+    policy = policy or default_policy()
+    new = [_validated(job, policy=policy, now=now) for job in jobs]
+    if any(n.unique_key for n in new):
+        raise ValidationError(
+            "unique keys are not supported by enqueue_many: enqueue those one by one", field="unique_key"
+        )
+    ids = db_runs.insert_enqueued_many(new, now=now, message=ENQUEUED_MESSAGE)
+    return [_run(run_id, n, now=now) for run_id, n in zip(ids, new, strict=True)]
