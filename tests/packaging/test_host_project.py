@@ -94,10 +94,11 @@ def wait_until_serving(server: subprocess.Popen, port: int, log: Path, timeout: 
 def test_readme_snippets_cover_the_host_project():
     files, shell = readme_snippets()
     assert set(files) == {"settings.py", "urls.py", "myapp/tasks.py"}
-    assert len(shell) == 2
+    assert len(shell) == 3
     assert "from django.urls import include, path" in files["urls.py"]
     assert '"myapp",' in files["settings.py"] and "DistschedFormatter" in files["settings.py"]
-    assert "drf_create_token prometheus" in shell[1]
+    assert "greet.enqueue" in shell[1] and "TASKS" in files["settings.py"]
+    assert "drf_create_token prometheus" in shell[2]
 
 
 def test_wheel_installs_into_a_fresh_project_and_runs_a_task(tmp_path: Path):
@@ -141,7 +142,12 @@ def test_wheel_installs_into_a_fresh_project_and_runs_a_task(tmp_path: Path):
     last_line = run([python, "manage.py", "shell", "-c", CHECK], cwd=site).stdout.strip().splitlines()[-1]
     assert last_line.split() == ["succeeded", "hello", "world", "4"]
 
-    made_token = run(["bash", "-euo", "pipefail", "-c", shell[1]], cwd=site, venv=venv)
+    enqueued = run(["bash", "-euo", "pipefail", "-c", shell[1]], cwd=site, venv=venv)
+    assert "enqueued run" in enqueued.stdout
+    [finished] = [line for line in enqueued.stderr.splitlines() if " INFO run finished " in line]
+    assert "task=myapp.tasks.greet" in finished and "state=succeeded" in finished, enqueued.stderr
+
+    made_token = run(["bash", "-euo", "pipefail", "-c", shell[2]], cwd=site, venv=venv)
     token = re.search(r"Generated token (\w+) for user prometheus", made_token.stdout).group(1)
 
     port, log = free_port(), tmp_path / "runserver.log"
@@ -158,7 +164,7 @@ def test_wheel_installs_into_a_fresh_project_and_runs_a_task(tmp_path: Path):
         scrape = get(port, "/metrics", token)
         assert scrape.status == 200, scrape.body
         assert scrape.getheader("Content-Type").startswith("text/plain")
-        assert 'distsched_runs{queue="default",state="succeeded"} 1.0' in scrape.body
+        assert 'distsched_runs{queue="default",state="succeeded"} 2.0' in scrape.body  # the schedule's and the enqueued run
         anonymous = get(port, "/metrics")
         assert (anonymous.status, anonymous.getheader("WWW-Authenticate")) == (401, "Token")
         assert get(port, "/api/schedules", token).status == 403  # the metrics permission only
