@@ -86,7 +86,7 @@ class DistschedBackend(BaseTaskBackend):
         enqueued = enqueue_service.enqueue(job, now=current_clock().now(), policy=self.policy)
         if not enqueued.created:
             return task_results.result_of(enqueued.run, task)
-        result = task_results.enqueued(enqueued.run, task)
+        result = task_results.enqueued(enqueued, task)
         task_enqueued.send(type(self), task_result=result)
         return result
 

@@ -9,8 +9,11 @@ from django.core.checks import CheckMessage, Error, Warning, register
 
 from .conf import CHOICES, DEFAULTS, RANGES
 
+TAG = "distsched"
+"""The tag of distsched's own checks: the only ones ``runworker`` and ``tick`` run at start-up."""
 
-@register()
+
+@register(TAG)
 def check_distsched_settings(app_configs, **kwargs):
     problems: list[CheckMessage] = []
     user = getattr(settings, "DISTSCHED", None) or {}

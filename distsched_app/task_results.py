@@ -67,14 +67,16 @@ def _errors(history: AttemptHistory) -> list[Any]:
 
 
 def build(
-    run: Run,
+    run: Any,
     task: Any,
     *,
     history: AttemptHistory,
     status: Any = None,
     return_value: Any = None,
 ) -> Any:
-    """A ``TaskResult`` for ``run`` as it is now (``status`` overrides the mapped one)."""
+    """A ``TaskResult`` for ``run`` (a Run, or anything that reads like one: ``pk``, ``state``,
+    ``created_at``, ``finished_at``, ``args``, ``kwargs``, ``result``) as it is now
+    (``status`` overrides the mapped one)."""
     status = status or STATUS_OF_STATE[run.state]
     result = TaskResult(
         task=task,
@@ -100,7 +102,7 @@ def result_of(run: Run, task: Any) -> Any:
     return build(run, task, history=attempt_history(run.pk))
 
 
-def enqueued(run: Run, task: Any) -> Any:
+def enqueued(run: Any, task: Any) -> Any:
     """The result of a run just enqueued: nothing attempted yet."""
     return build(run, task, history=AttemptHistory.empty())
 

@@ -22,14 +22,14 @@ BACKENDS = {
 
 INSTALLED_APPS = [
     *INSTALLED_APPS,
-    *([] if DJANGO6 else ["django_tasks"]),  # the backport is an app; django.tasks is not
+    *([] if DJANGO6 or "django_tasks" in INSTALLED_APPS else ["django_tasks"]),  # the backport is an app
     "django_tasks_db",
     "bench_tasks",
 ]
 TASKS = {
     "default": {
         "BACKEND": BACKENDS[os.environ.get("BENCH_TASKS_SYSTEM", "")],
-        "QUEUES": ["default"],
+        "QUEUES": [],  # any queue: the test app's tasks (imported by both systems) use several
         "OPTIONS": {},  # HOOK: distsched backend options, if the benchmark should set any
     },
 }

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from django.db import connection, transaction
@@ -47,6 +48,8 @@ class NewRun:
     priority: int
     retry_policy: dict[str, Any] | None
     unique_key: str = ""
+    args_json: str = "[]"  # args and kwargs as stored (validated and encoded once, by the caller)
+    kwargs_json: str = "{}"
 
 
 def _q(name: str) -> str:
@@ -81,54 +84,62 @@ def _event_sql(source: str) -> str:
     )
 
 
+_ENQUEUE_COLUMNS = (
+    "id, task_name, args, kwargs, state, scheduled_for, available_at, attempts, max_attempts, lease_owner, "
+    "last_error, queue, origin, idempotency_key, cancel_requested, created_at, updated_at, priority, "
+    "retry_policy, unique_key"
+)
+
+
+@cache
+def _enqueue_sql(vendor: str, unique: bool) -> tuple[str, str]:
+    """The statement(s) of one enqueue, built once per vendor (the hot path of a web request)."""
+    runs, events = _tables()
+    conflict = f" ON CONFLICT (unique_key) WHERE {_ACTIVE_KEY} DO NOTHING" if unique else ""
+    if vendor == "postgresql":
+        return (
+            f"WITH s AS (SELECT nextval(pg_get_serial_sequence(%s, 'id')) AS id), "  # noqa: S608
+            f"r AS (INSERT INTO {runs} ({_ENQUEUE_COLUMNS}) SELECT s.id, %s, %s::jsonb, %s::jsonb, %s, %s, %s, 0, "
+            f"%s, '', '', %s, %s, %s || s.id, false, %s, %s, %s, %s::jsonb, %s FROM s{conflict} RETURNING id), "
+            f"e AS ({_event_sql('r')}) SELECT id FROM r",
+            "",
+        )
+    return (
+        f"INSERT INTO {runs} ({_ENQUEUE_COLUMNS}) SELECT n.id, %s, %s, %s, %s, %s, %s, 0, %s, '', '', %s, %s, "  # noqa: S608
+        f"%s || n.id, 0, %s, %s, %s, %s, %s FROM ({_next_id_sql()}) AS n WHERE true{conflict} RETURNING id",
+        f"INSERT INTO {events} (run_id, event_type, message, worker_id, attempt, created_at) "  # noqa: S608
+        "VALUES (%s, %s, %s, '', 0, %s)",
+    )
+
+
 def insert_enqueued(new: NewRun, *, now: datetime, message: str) -> int | None:
     """Insert one enqueued run with its ``created`` event; its id, or None if its unique key
     belongs to an active run already."""
-    runs, events = _tables()
-    conflict = f" ON CONFLICT (unique_key) WHERE {_ACTIVE_KEY} DO NOTHING" if new.unique_key else ""
-    columns = (
-        "id, task_name, args, kwargs, state, scheduled_for, available_at, attempts, max_attempts, lease_owner, "
-        "last_error, queue, origin, idempotency_key, cancel_requested, created_at, updated_at, priority, "
-        "retry_policy, unique_key"
-    )
     key = f"{Origin.ENQUEUED.value}:"
+    at, slot = _adapt(now), _adapt(new.scheduled_for)
+    run_sql, event_sql = _enqueue_sql(connection.vendor, bool(new.unique_key))
     if connection.vendor == "postgresql":
-        sql = (
-            f"WITH s AS (SELECT nextval(pg_get_serial_sequence(%s, 'id')) AS id), "  # noqa: S608
-            f"r AS (INSERT INTO {runs} ({columns}) SELECT s.id, %s, %s::jsonb, %s::jsonb, %s, %s, %s, 0, %s, '', '', "
-            f"%s, %s, %s || s.id, false, %s, %s, %s, %s::jsonb, %s FROM s{conflict} RETURNING id), "
-            f"e AS ({_event_sql('r')}) SELECT id FROM r"
-        )
         params = [
-            Run._meta.db_table, new.task_name, _json(new.args), _json(new.kwargs), RunState.PENDING.value,
-            _adapt(new.scheduled_for), _adapt(new.scheduled_for), new.max_attempts, new.queue,
-            Origin.ENQUEUED.value, key, _adapt(now), _adapt(now), new.priority, _json(new.retry_policy),
-            new.unique_key, message, _adapt(now),
+            Run._meta.db_table, new.task_name, new.args_json, new.kwargs_json, RunState.PENDING.value, slot, slot,
+            new.max_attempts, new.queue, Origin.ENQUEUED.value, key, at, at, new.priority, _json(new.retry_policy),
+            new.unique_key, message, at,
         ]  # fmt: skip
-        rows = execute(sql, params)
+        rows = execute(run_sql, params)
         return rows[0][0] if rows else None
     # Outside a transaction, BEGIN IMMEDIATE: the write lock makes the next id ours. Inside the
     # caller's (already IMMEDIATE) one, no savepoint: two plain statements.
     with nullcontext() if connection.in_atomic_block else transaction.atomic():
-        sql = (
-            f"INSERT INTO {runs} ({columns}) SELECT n.id, %s, %s, %s, %s, %s, %s, 0, %s, '', '', %s, %s, "  # noqa: S608
-            f"%s || n.id, 0, %s, %s, %s, %s, %s FROM ({_next_id_sql()}) AS n WHERE true{conflict} RETURNING id"
-        )
         params = [
-            new.task_name, _json(new.args), _json(new.kwargs), RunState.PENDING.value, _adapt(new.scheduled_for),
-            _adapt(new.scheduled_for), new.max_attempts, new.queue, Origin.ENQUEUED.value, key, _adapt(now),
-            _adapt(now), new.priority, _json(new.retry_policy), new.unique_key,
+            new.task_name, new.args_json, new.kwargs_json, RunState.PENDING.value, slot, slot, new.max_attempts,
+            new.queue, Origin.ENQUEUED.value, key, at, at, new.priority, _json(new.retry_policy), new.unique_key,
         ]  # fmt: skip
-        rows = execute(sql, params)
-        if not rows:
-            return None
-        run_id = rows[0][0]
-        execute(
-            f"INSERT INTO {events} (run_id, event_type, message, worker_id, attempt, created_at) "  # noqa: S608
-            "VALUES (%s, %s, %s, '', 0, %s)",
-            [run_id, EventType.CREATED.value, message, _adapt(now)],
-        )
-        return run_id
+        with connection.cursor() as cursor:
+            cursor.execute(run_sql, params)
+            row = cursor.fetchone()
+            if row is None:
+                return None
+            cursor.execute(event_sql, [row[0], EventType.CREATED.value, message, at])
+        return row[0]
 
 
 def _next_id_sql() -> str:
@@ -164,8 +175,8 @@ def insert_enqueued_many(new: Sequence[NewRun], *, now: datetime, message: str) 
             f"SELECT id, '{EventType.CREATED.value}', %b, '', 0, %b FROM r) SELECT id FROM r"
         )
         params = [
-            Run._meta.db_table, [n.task_name for n in new], [json.dumps(n.args) for n in new],
-            [json.dumps(n.kwargs) for n in new], [n.scheduled_for for n in new], [n.max_attempts for n in new],
+            Run._meta.db_table, [n.task_name for n in new], [n.args_json for n in new],
+            [n.kwargs_json for n in new], [n.scheduled_for for n in new], [n.max_attempts for n in new],
             [n.queue for n in new], [n.priority for n in new], [_json(n.retry_policy) for n in new],
             RunState.PENDING.value, Origin.ENQUEUED.value, f"{Origin.ENQUEUED.value}:", now, now, message, now,
         ]  # fmt: skip
@@ -180,8 +191,8 @@ def insert_enqueued_many(new: Sequence[NewRun], *, now: datetime, message: str) 
             {
                 "id": ids,
                 "task_name": [n.task_name for n in new],
-                "args": [json.dumps(n.args) for n in new],
-                "kwargs": [json.dumps(n.kwargs) for n in new],
+                "args": [n.args_json for n in new],
+                "kwargs": [n.kwargs_json for n in new],
                 "state": [RunState.PENDING.value] * len(new),
                 "scheduled_for": [n.scheduled_for for n in new],
                 "available_at": [n.scheduled_for for n in new],

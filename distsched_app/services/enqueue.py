@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from ..backoff import RetryPolicy
@@ -26,9 +27,9 @@ from .validation import (
     bounded_int,
     check_storable,
     parse_datetime,
-    validate_payload,
     validate_queue,
     validate_task_name,
+    validated_json,
 )
 
 UNIQUE_KEY_MAX = 255
@@ -86,14 +87,18 @@ class Job:
 
 def _validated(job: Job, *, policy: RetryPolicy, now: datetime) -> db_runs.NewRun:
     validate_task_name(job.task_name)
+    args, args_json = validated_json(job.args, field="args")
+    kwargs, kwargs_json = validated_json(job.kwargs, field="kwargs")
     run_after = parse_datetime(job.run_after, field="run_after")
     if not isinstance(job.unique_key, str) or len(job.unique_key) > UNIQUE_KEY_MAX:
         raise ValidationError(f"unique_key must be a string of at most {UNIQUE_KEY_MAX} characters", field="unique_key")
     check_storable(job.unique_key, field="unique_key")
     return db_runs.NewRun(
         task_name=job.task_name,
-        args=validate_payload(list(job.args) if isinstance(job.args, tuple) else job.args, field="args"),
-        kwargs=validate_payload(job.kwargs, field="kwargs"),
+        args=args,
+        kwargs=kwargs,
+        args_json=args_json,
+        kwargs_json=kwargs_json,
         scheduled_for=run_after or now,
         max_attempts=policy.max_attempts,
         queue=validate_queue(job.queue),
@@ -104,7 +109,8 @@ def _validated(job: Job, *, policy: RetryPolicy, now: datetime) -> db_runs.NewRu
 
 
 def _run(run_id: int, new: db_runs.NewRun, *, now: datetime) -> Run:
-    """The Run just written, built from what was written (no SELECT)."""
+    """The Run just written, built from what was written (no SELECT; a model instance costs
+    as much as the INSERT, so ``Enqueued`` builds it only when an adapter asks)."""
     run = Run(
         pk=run_id, schedule=None, task_name=new.task_name, args=new.args, kwargs=new.kwargs,
         state=RunState.PENDING, scheduled_for=new.scheduled_for, available_at=new.scheduled_for, attempts=0,
@@ -117,10 +123,28 @@ def _run(run_id: int, new: db_runs.NewRun, *, now: datetime) -> Run:
     return run
 
 
-@dataclass(frozen=True, kw_only=True)
 class Enqueued:
-    run: Run
-    created: bool  # False: an active run with the same unique key was returned instead
+    """What one enqueue did: a run written (``created``), or, its unique key being taken, the
+    active run found. It reads like a run (``pk``, ``state``, ``created_at``, ``args``, ...)
+    for ``task_results``; ``run`` is the model instance."""
+
+    def __init__(self, *, run_id: int, new: db_runs.NewRun | None, now: datetime, existing: Run | None = None):
+        self.pk = run_id
+        self.created = existing is None
+        self._new, self._now, self._existing = new, now, existing
+        source: Any = existing if existing is not None else new
+        self.args, self.kwargs = source.args, source.kwargs
+        self.state = existing.state if existing is not None else RunState.PENDING
+        self.created_at = existing.created_at if existing is not None else now
+        self.finished_at = existing.finished_at if existing is not None else None
+        self.result = existing.result if existing is not None else None
+
+    @cached_property
+    def run(self) -> Run:
+        if self._existing is not None:
+            return self._existing
+        assert self._new is not None  # noqa: S101 - set whenever there is no existing run
+        return _run(self.pk, self._new, now=self._now)
 
 
 def enqueue(job: Job, *, now: datetime, policy: RetryPolicy | None = None) -> Enqueued:
@@ -131,10 +155,10 @@ def enqueue(job: Job, *, now: datetime, policy: RetryPolicy | None = None) -> En
     for _ in range(UNIQUE_RETRIES):
         run_id = db_runs.insert_enqueued(new, now=now, message=ENQUEUED_MESSAGE)
         if run_id is not None:
-            return Enqueued(run=_run(run_id, new, now=now), created=True)
+            return Enqueued(run_id=run_id, new=new, now=now)
         existing = Run.objects.filter(unique_key=new.unique_key, state__in=ACTIVE_STATES).first()
         if existing is not None:
-            return Enqueued(run=existing, created=False)
+            return Enqueued(run_id=existing.pk, new=None, now=now, existing=existing)
     raise ValidationError(f"unique_key {new.unique_key!r} is taken and released over and over", field="unique_key")
 
 

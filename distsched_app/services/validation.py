@@ -73,14 +73,21 @@ def check_storable(value: str, *, field: str, error: type[ValidationError] = Val
 
 def validate_payload(value: Any, *, field: str) -> Any:
     """args must be a JSON list, kwargs a JSON object; bounded in size and depth."""
+    return validated_json(value, field=field)[0]
+
+
+def validated_json(value: Any, *, field: str) -> tuple[Any, str]:
+    """``validate_payload``, and the value's JSON text (what is stored: encoded once)."""
     expected = list if field == "args" else dict
     if value is None:
-        return expected()
+        value = expected()
     if field == "args" and isinstance(value, tuple):
         value = list(value)
     if not isinstance(value, expected):
         kind = "list" if expected is list else "object"
         raise InvalidPayload(f"{field} must be a JSON {kind}", field=field)
+    if not value:
+        return expected(), "[]" if expected is list else "{}"
     if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
         raise InvalidPayload(f"{field} keys must be strings", field=field)
     _depth(value, conf.MAX_PAYLOAD_DEPTH, field)
@@ -94,7 +101,7 @@ def validate_payload(value: Any, *, field: str) -> Any:
     limit = conf.MAX_PAYLOAD_BYTES
     if len(encoded.encode()) > limit:
         raise InvalidPayload(f"{field} is larger than {limit} bytes", field=field)
-    return json.loads(encoded)
+    return json.loads(encoded), encoded
 
 
 def parse_datetime(value: Any, *, field: str) -> datetime | None:

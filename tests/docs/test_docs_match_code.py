@@ -22,6 +22,7 @@ def test_every_setting_is_documented_and_every_documented_setting_exists():
     table = re.findall(r"^\| `([A-Z_]+)` \|", TEXT["README.md"], re.MULTILINE)
     assert set(table) == set(DEFAULTS), set(table) ^ set(DEFAULTS)
 
+
 TASKS_KEYS = {"BACKEND", "QUEUES", "OPTIONS"}
 PEERS_COMMANDS = {"db_worker"}
 

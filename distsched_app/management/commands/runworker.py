@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from ... import checks
 from ...errors import DistschedError
 from ...text import storable
 from ...worker import Worker
@@ -14,6 +15,9 @@ from ..base import DistschedCommand, positive_float, positive_int, queue_list
 
 class Command(DistschedCommand):
     help = "Run a distsched worker: claim due runs with a lease, execute them, record the outcome."
+    # Only distsched's own checks (settings ranges, SQLite transaction mode): the others load the URLconf
+    # and with it the whole API stack, which a worker never serves; it would double the start-up time.
+    requires_system_checks = [checks.TAG]
 
     def add_command_arguments(self, parser: Any) -> None:
         parser.add_argument("--worker-id", help="Stable id for this worker (default: host-pid-random).")

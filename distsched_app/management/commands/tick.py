@@ -7,6 +7,7 @@ import signal
 import threading
 from typing import Any
 
+from ... import checks
 from ...clock import current_clock
 from ...conf import conf
 from ...db.retry import TRANSIENT_ERRORS, Backoff, retry_transient
@@ -17,6 +18,7 @@ logger = logging.getLogger("distsched")
 
 
 class Command(DistschedCommand):
+    requires_system_checks = [checks.TAG]  # like runworker: distsched's own checks only (start-up time)
     help = "Create the runs of due schedules. Safe to run in several processes at once."
 
     def add_command_arguments(self, parser: Any) -> None:

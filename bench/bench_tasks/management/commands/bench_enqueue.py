@@ -39,7 +39,11 @@ def bulk_function():
 
 
 def bulk_enqueue(function, count: int) -> None:
-    function(noop, [((), {})] * count)  # HOOK: one (args, kwargs) pair per job
+    from distsched_app.clock import current_clock
+    from distsched_app.services.enqueue import Job
+
+    job = Job(task_name=noop.module_path, queue=noop.queue_name)
+    function([job] * count, now=current_clock().now())
 
 
 class Command(BaseCommand):
