@@ -29,6 +29,9 @@ DEFAULTS: dict[str, Any] = {
     "LOG_FORMAT": "text",
     "TICK_BATCH_SIZE": 5000,
     "PREFETCH": 32,
+    "NOTIFY": True,
+    "LISTEN": True,
+    "LISTEN_DATABASE_URL": "",
 }
 
 
@@ -55,6 +58,8 @@ CHOICES: dict[str, tuple[object, ...]] = {
     "CATCH_UP": ("skip", "one", "all"),
     "LOG_FORMAT": ("text", "json"),
     "METRICS_PUBLIC": (True, False),
+    "NOTIFY": (True, False),
+    "LISTEN": (True, False),
 }
 
 

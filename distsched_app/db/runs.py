@@ -29,7 +29,9 @@ from django.db import connection, transaction
 
 from ..models import EventType, Origin, Run, RunEvent, RunState, Schedule
 from ..text import StorableJSONDecoder
+from . import notify
 from .bulk import server_side_execute
+from .notify import CHANNEL
 
 # The partial unique index of active runs with a key, as ON CONFLICT must name it.
 _ACTIVE_KEY = "(state IN ('pending', 'leased', 'running', 'retrying') AND NOT (unique_key = ''))"
@@ -92,16 +94,18 @@ _ENQUEUE_COLUMNS = (
 
 
 @cache
-def _enqueue_sql(vendor: str, unique: bool) -> tuple[str, str]:
-    """The statement(s) of one enqueue, built once per vendor (the hot path of a web request)."""
+def _enqueue_sql(vendor: str, unique: bool, wake: bool) -> tuple[str, str]:
+    """The statement(s) of one enqueue, built once per vendor (the hot path of a web request).
+    ``wake``: PostgreSQL also notifies the run's queue (``db.notify``), in the same statement."""
     runs, events = _tables()
     conflict = f" ON CONFLICT (unique_key) WHERE {_ACTIVE_KEY} DO NOTHING" if unique else ""
     if vendor == "postgresql":
+        notify_sql = f", pg_notify('{CHANNEL}', queue)" if wake else ""
         return (
             f"WITH s AS (SELECT nextval(pg_get_serial_sequence(%s, 'id')) AS id), "  # noqa: S608
             f"r AS (INSERT INTO {runs} ({_ENQUEUE_COLUMNS}) SELECT s.id, %s, %s::jsonb, %s::jsonb, %s, %s, %s, 0, "
-            f"%s, '', '', %s, %s, %s || s.id, false, %s, %s, %s, %s::jsonb, %s FROM s{conflict} RETURNING id), "
-            f"e AS ({_event_sql('r')}) SELECT id FROM r",
+            f"%s, '', '', %s, %s, %s || s.id, false, %s, %s, %s, %s::jsonb, %s FROM s{conflict} RETURNING id, queue), "
+            f"e AS ({_event_sql('r')}) SELECT id{notify_sql} FROM r",
             "",
         )
     return (
@@ -117,7 +121,8 @@ def insert_enqueued(new: NewRun, *, now: datetime, message: str) -> int | None:
     belongs to an active run already."""
     key = f"{Origin.ENQUEUED.value}:"
     at, slot = _adapt(now), _adapt(new.scheduled_for)
-    run_sql, event_sql = _enqueue_sql(connection.vendor, bool(new.unique_key))
+    wake = notify.enabled() and new.scheduled_for <= now  # a deferred run is found by the workers' timers
+    run_sql, event_sql = _enqueue_sql(connection.vendor, bool(new.unique_key), wake)
     if connection.vendor == "postgresql":
         params = [
             Run._meta.db_table, new.task_name, new.args_json, new.kwargs_json, RunState.PENDING.value, slot, slot,
@@ -180,7 +185,9 @@ def insert_enqueued_many(new: Sequence[NewRun], *, now: datetime, message: str) 
             [n.queue for n in new], [n.priority for n in new], [_json(n.retry_policy) for n in new],
             RunState.PENDING.value, Origin.ENQUEUED.value, f"{Origin.ENQUEUED.value}:", now, now, message, now,
         ]  # fmt: skip
-        return sorted(row[0] for row in server_side_execute(sql, params))
+        ids = sorted(row[0] for row in server_side_execute(sql, params))
+        notify.notify(n.queue for n in new if n.scheduled_for <= now)
+        return ids
     from . import bulk
 
     with transaction.atomic():
@@ -256,7 +263,8 @@ def insert_triggered(schedule_name: str, *, now: datetime, message: str) -> Trig
             f"x.task_name, x.args, x.kwargs, x.max_attempts, x.queue FROM {schedules} x WHERE x.name = %s), "
             f"r AS (INSERT INTO {runs} ({columns}) SELECT s.id, s.schedule_id, s.task_name, s.args, s.kwargs, %s, "
             f"%s, %s, 0, s.max_attempts, '', '', s.queue, %s, %s || s.id, false, %s, %s FROM s RETURNING {back}), "
-            f"e AS ({_event_sql('r')}) SELECT {back} FROM r"
+            f"e AS ({_event_sql('r')}) SELECT {back}"
+            + (f", pg_notify('{CHANNEL}', queue) FROM r" if notify.enabled() else " FROM r")
         )
         params = [Run._meta.db_table, schedule_name, RunState.PENDING.value, _adapt(now), _adapt(now),
                   Origin.MANUAL.value, key, _adapt(now), _adapt(now), message, _adapt(now)]  # fmt: skip
@@ -279,7 +287,7 @@ def insert_triggered(schedule_name: str, *, now: datetime, message: str) -> Trig
                 )
     if not rows:
         return None
-    run_id, schedule_id, task_name, args, kwargs, max_attempts, queue = rows[0]
+    run_id, schedule_id, task_name, args, kwargs, max_attempts, queue = rows[0][:7]
     return Triggered(
         run_id=run_id,
         schedule_id=schedule_id,

@@ -20,7 +20,7 @@ from django.db.models import F
 from ..backoff import RetryPolicy
 from ..clock import iso_utc
 from ..conf import conf
-from ..db import locks
+from ..db import locks, notify
 from ..models import LEASED_STATES, EventType, Run, RunState
 from ..text import storable, storable_json
 from . import events
@@ -147,6 +147,8 @@ def record_failure(
                 delay = retry_policy_of(run).delay(run.attempts, rand=rand)
                 available = now + timedelta(seconds=delay)
                 changes.update(state=RunState.RETRYING, available_at=available)
+                if available <= now:
+                    notify.notify([run.queue])  # a retry due at once: wake an idle worker
                 new.append(
                     events.NewEvent(
                         run_id=run_id,
@@ -343,6 +345,7 @@ def release_runs(*, worker_id: str, held: dict[int, int], now: datetime) -> int:
         ]
         if not ids:
             return 0
+        notify.notify(Run.objects.filter(pk__in=ids).values_list("queue", flat=True))  # claimable again at once
         Run.objects.filter(pk__in=ids, lease_owner=worker_id, state=RunState.LEASED).update(
             state=RunState.PENDING,
             lease_owner="",

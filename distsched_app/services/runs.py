@@ -7,6 +7,7 @@ from datetime import datetime
 
 from django.db import transaction
 
+from ..db import notify
 from ..errors import InvalidStateTransition, RunNotFound
 from ..models import EventType, Run, RunEvent, RunState
 from . import events
@@ -90,6 +91,7 @@ def requeue_run(run_id: int, *, now: datetime, by: str = "") -> Run:
                 "updated_at",
             ]
         )
+        notify.notify([run.queue])  # claimable now: wake an idle worker
         events.record(
             run,
             EventType.REQUEUED,

@@ -19,7 +19,7 @@ from django.db.models import Q
 
 from ..clock import iso_utc
 from ..conf import conf
-from ..db import bulk, locks
+from ..db import bulk, locks, notify
 from ..errors import ValidationError
 from ..models import ACTIVE_STATES, EventType, Origin, Overlap, Run, RunState, Schedule
 from ..recurrence import plan_catch_up
@@ -38,6 +38,7 @@ class NewRun:
     task_name: str
     scheduled_for: datetime
     state: str
+    queue: str = "default"
     note: str = ""
     run_id: int = 0  # set once inserted
 
@@ -58,6 +59,7 @@ class DueSchedule:
     next_run_at: datetime | None
     catch_up: str
     overlap: str
+    queue: str
 
 
 def tick(*, now: datetime, batch_size: int | None = None) -> list[NewRun]:
@@ -123,6 +125,7 @@ def _tick_batch(
                         task_name=schedule.task_name,
                         scheduled_for=slot,
                         state=RunState.SKIPPED if skip else RunState.PENDING,
+                        queue=schedule.queue,
                         note=note,
                     )
                 )
@@ -134,6 +137,7 @@ def _tick_batch(
         inserted = _insert(new_runs, now)
         events.record_many(_creation_events(inserted, now))
         _set_next_run_at(schedules)
+        notify.notify(run.queue for run in inserted if run.state == RunState.PENDING)  # delivered at commit
     if inserted:
         logger.info("tick created runs", extra={"distsched": {"runs": len(inserted), "schedules": len(schedules)}})
     if logger.isEnabledFor(logging.DEBUG):

@@ -34,6 +34,7 @@ from .heartbeat import Heartbeat
 from .held import Held
 from .loop import Loop, Pace
 from .recorder import Recorder
+from .wakeup import Wakeup
 
 __all__ = ["Execution", "Worker", "default_worker_id", "describe_exception", "format_traceback"]
 
@@ -88,10 +89,12 @@ class Worker:
         self.registered = False
         self.hard_stopped = False  # a second signal: give up retries, exit now
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by a stop request, a wake-up notification, or wake()
         self.held = Held()
         self.recorder = Recorder(self)
         self.heartbeat_thread = Heartbeat(self)
         self.loop = Loop(self)
+        self.wakeup = Wakeup(self)
 
     # -- state ----------------------------------------------------------------------
 
@@ -112,10 +115,25 @@ class Worker:
     def request_stop(self) -> None:
         """Finish the current run(s), claim nothing more. Safe from a signal handler."""
         self._stop.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """End the current idle wait now (a run became claimable). Safe from any thread."""
+        self._wake.set()
+
+    def take_wake(self) -> bool:
+        """Whether a wake-up came since the last wait (and forget it)."""
+        if self._wake.is_set() and not self._stop.is_set():
+            self._wake.clear()
+            return True
+        return False
 
     def wait(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``, waking at once on a stop request."""
-        return self._stop.wait(seconds)
+        """Sleep up to ``seconds``, waking at once on a stop request or a wake-up. True if woken."""
+        woken = self._wake.wait(seconds)
+        if not self._stop.is_set():
+            self._wake.clear()
+        return woken
 
     # -- lifecycle ------------------------------------------------------------------
 

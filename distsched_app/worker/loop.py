@@ -78,9 +78,12 @@ class Loop:
         before = w.executed
         try:
             self._retry_db(w.register, attempts=None)
+            if not burst:
+                w.wakeup.start()  # PostgreSQL: woken at commit instead of at the next poll
             with w.heartbeat_thread.running():
                 self.serve(max_runs=max_runs, burst=burst)
         finally:
+            w.wakeup.stop()
             w.recorder.flush()
             self._retry_db(
                 lambda: workers.set_status(
@@ -381,7 +384,14 @@ class _PoolSlots:
     def collect(self, timeout: float) -> None:
         if not self.running:
             return
-        done, _ = wait(list(self.running), timeout=timeout, return_when=FIRST_COMPLETED)
+        worker = self.loop.worker
+        # With a slot free, wait in short slices, so a wake-up claims at once rather than after `timeout`.
+        step = timeout if not self.free() else min(timeout, 0.05)
+        deadline = time.monotonic() + timeout
+        while True:
+            done, _ = wait(list(self.running), timeout=step, return_when=FIRST_COMPLETED)
+            if done or time.monotonic() >= deadline or (self.free() and worker.take_wake()):
+                break
         for future in done:
             self.loop.worker.recorder.finish(self.running.pop(future), flush=False)
 
