@@ -71,3 +71,9 @@ def pytest_sessionstart(session):
         engine = settings.DATABASES["default"]["ENGINE"]
         if expected not in engine:
             raise pytest.UsageError(f"DISTSCHED_REQUIRE_VENDOR={expected} but the database engine is {engine}")
+    if os.environ.get("DISTSCHED_REQUIRE_PGBOUNCER"):
+        from django.conf import settings
+
+        port = str(settings.DATABASES["default"].get("PORT"))
+        if port != os.environ.get("DISTSCHED_PGBOUNCER_PORT", "6432"):
+            raise pytest.UsageError(f"DISTSCHED_REQUIRE_PGBOUNCER is set but the database port is {port}")

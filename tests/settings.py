@@ -7,6 +7,8 @@ settings). ``tests/deployment`` checks the project's own settings in fresh
 processes.
 """
 
+import os
+
 from scheduler_project.settings import *  # noqa: F403
 from scheduler_project.settings import ALLOWED_HOSTS, INSTALLED_APPS
 
@@ -16,6 +18,12 @@ ALLOWED_HOSTS = [*ALLOWED_HOSTS, "testserver"]
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DISTSCHED = {}
+# CI's PgBouncer leg: the suite connects through PgBouncer (transaction pooling); the workers' listener
+# needs a direct connection (README, "PostgreSQL deployment").
+if os.environ.get("DISTSCHED_TEST_LISTEN_DATABASE_URL"):
+    DISTSCHED["LISTEN_DATABASE_URL"] = os.environ["DISTSCHED_TEST_LISTEN_DATABASE_URL"]
+if os.environ.get("DISTSCHED_REQUIRE_PGBOUNCER"):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True  # noqa: F405 - Django's advice behind PgBouncer
 # Ours next to the framework's reference backend, for the conformance tests (any queue name).
 # "default" does not retry, like the reference; "retrying" does, quickly.
 TASKS = {

@@ -12,13 +12,16 @@ never Django's, which is not thread-safe and may sit behind a pooler) that
 has run ``LISTEN``. ``wait`` returns the queues notified, or ``[]`` on a
 timeout or an ``interrupt()`` from another thread. PgBouncer in transaction
 pooling mode accepts ``LISTEN`` but delivers nothing to the client that asked;
-``probe()`` tells by notifying itself, so the worker can fall back to polling.
+``probe()`` tells by notifying from a second connection (a notification sent
+by the listening connection itself comes back to it even through the pooler,
+which would prove nothing), so the worker can fall back to polling.
 """
 
 from __future__ import annotations
 
 import select
 import socket
+import time
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -78,11 +81,13 @@ class Listener:
     def __init__(self, dsn: str, *, connect_timeout: float = 10.0) -> None:
         import psycopg
 
+        self._dsn = dsn
+        self._connect_timeout = int(connect_timeout)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self.conn = psycopg.connect(
             dsn, autocommit=True, prepare_threshold=None, application_name="distsched-listener",
-            connect_timeout=int(connect_timeout), keepalives=1, keepalives_idle=30, keepalives_interval=10,
+            connect_timeout=self._connect_timeout, keepalives=1, keepalives_idle=30, keepalives_interval=10,
             keepalives_count=3,
         )  # fmt: skip
         self.conn.execute(f"LISTEN {CHANNEL}")
@@ -93,10 +98,21 @@ class Listener:
         return row is None or row[0] != self.conn.info.backend_pid
 
     def probe(self, timeout: float = 2.0) -> bool:
-        """Notify ourselves and see it arrive: False where LISTEN cannot work (PgBouncer transaction pooling)."""
+        """Notify from a second connection and see it arrive: False where LISTEN cannot work (PgBouncer in
+        transaction pooling mode hands the notification to whichever client its server serves at the time)."""
+        import psycopg
+
         token = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
-        self.conn.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
-        return any(payload == token for payload in self._received(timeout, include_probes=True))
+        with psycopg.connect(
+            self._dsn, autocommit=True, prepare_threshold=None, application_name="distsched-listener-probe",
+            connect_timeout=self._connect_timeout,
+        ) as sender:  # fmt: skip
+            sender.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if any(payload == token for payload in self._received(left, include_probes=True)):
+                return True
+        return False
 
     def wait(self, timeout: float) -> list[str]:
         """The queues notified (possibly none) within ``timeout`` seconds, or at once if interrupted."""

@@ -31,17 +31,18 @@ BOOT = 90
 
 
 def terminate_backends() -> int:
-    """Kill every other connection to the current test database (and only to it)."""
+    """Kill every other connection to the current test database (and only to it).
+
+    One statement, so that behind PgBouncer (transaction pooling) ``pg_backend_pid()`` is the
+    server connection the statement itself runs on, which must survive.
+    """
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
             [connection.settings_dict["NAME"]],
         )
-        pids = [pid for (pid,) in cursor.fetchall()]
-        killed = 0
-        for pid in pids:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-            killed += bool(cursor.fetchone()[0])
+        (killed,) = cursor.fetchone()
     return killed
 
 
