@@ -34,8 +34,16 @@ from rest_framework.views import APIView
 from .api.permissions import METRICS, ModelPermissions
 from .clock import Clock, current_clock
 from .conf import conf
-from .models import EventType, Liveness, RunState
-from .services.stats import BUCKETS, COUNTED_EVENTS, TIMINGS, WINDOWED_EVENTS, Snapshot, read_snapshot
+from .models import EventType, Liveness, Origin, RunState
+from .services.stats import (
+    BUCKETS,
+    COUNTED_EVENTS,
+    TIMINGS,
+    WINDOWED_EVENTS,
+    Snapshot,
+    read_snapshot,
+    runs_by_state_and_queue,
+)
 
 COUNTERS: dict[str, tuple[str, str]] = {
     # event type (stats.COUNTED_EVENTS): (counter name, help)
@@ -86,21 +94,26 @@ def families(s: Snapshot) -> Iterator[Metric]:
     """The metric families of one snapshot (pure: no database, no clock)."""
     runs = GaugeMetricFamily(
         "distsched_runs",
-        "Runs by current state and queue (exact; on PostgreSQL with more "
+        "Runs by current state, queue and origin (schedule, manual, enqueued; exact; on PostgreSQL with more "
         "than 100,000 succeeded/cancelled/skipped runs those three may be up to 10 s old).",
-        labels=["state", "queue"],
+        labels=["state", "queue", "origin"],
     )
+    # Every origin with a zero where it has no runs (stable series); one stored by hand too, so the
+    # origins of a state and queue always add up to its runs.
+    origins = [*Origin.values, *sorted({o for _, _, o in s.runs} - set(Origin.values))]
     for queue in s.queues:
         for state in RunState.values:
-            runs.add_metric([state, queue], s.runs.get((state, queue), 0))
+            for origin in origins:
+                runs.add_metric([state, queue, origin], s.runs.get((state, queue, origin), 0))
     yield runs
+    by_queue = runs_by_state_and_queue(s.runs)
     succeeded = CounterMetricFamily(
         "distsched_runs_succeeded",
         "Runs that succeeded (runs in state succeeded; like distsched_runs, up to 10 s old on a large PostgreSQL).",
         labels=["queue"],
     )
     for queue in s.queues:
-        succeeded.add_metric([queue], s.runs.get((RunState.SUCCEEDED, queue), 0))
+        succeeded.add_metric([queue], by_queue.get((RunState.SUCCEEDED, queue), 0))
     yield succeeded
     for event_type in COUNTED_EVENTS:
         name, text = COUNTERS[event_type]

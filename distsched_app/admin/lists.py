@@ -13,10 +13,10 @@ from functools import cached_property
 
 from django.contrib import admin
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from ..db.server import row_estimate
-from ..models import Origin, RunState, Schedule
+from ..models import MAX_PRIORITY, MIN_PRIORITY, Origin, RunState, Schedule
 from ..registry import registry
 from .support import request_now
 
@@ -33,6 +33,15 @@ def parse_id(term: str, *, marked: bool = False) -> int | None:
     if not term.isdigit() or int(term) > MAX_ID:
         return None
     return int(term)
+
+
+def parse_priority(term: str) -> int | None:
+    """``"5"``, ``"-20"`` as a priority; None for anything else, out of range included."""
+    digits = term.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 3:
+        return None
+    number = -int(digits) if term.startswith("-") else int(digits)
+    return number if MIN_PRIORITY <= number <= MAX_PRIORITY else None
 
 
 class LargeTablePaginator(Paginator):
@@ -104,8 +113,42 @@ class OriginFilter(admin.SimpleListFilter):
         return queryset.filter(origin=self.value()) if self.value() else queryset
 
 
+class PriorityFilter(admin.SimpleListFilter):
+    """Above, at or below the default priority (0); ``?priority=N`` (as in the API) for one value.
+
+    A value that is no priority lists nothing, like an unknown schedule name.
+    """
+
+    title = "priority"
+    parameter_name = "priority"
+    bands = {
+        "high": ("above 0 (claimed first)", Q(priority__gt=0)),
+        "normal": ("0 (default)", Q(priority=0)),
+        "low": ("below 0", Q(priority__lt=0)),
+    }
+
+    def lookups(self, request, model_admin):
+        choices = [(key, label) for key, (label, _) in self.bands.items()]
+        selected = self.value()
+        if selected is not None and selected not in self.bands:
+            choices.append((selected, selected))
+        return choices
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        if value in self.bands:
+            return queryset.filter(self.bands[value][1])
+        number = parse_priority(value)
+        return queryset.none() if number is None else queryset.filter(priority=number)
+
+
 class TaskFilter(ValueFilter):
-    """Task names from the registry and the schedules (small), never from the runs table."""
+    """Task names from the registry and the schedules (small), never from the runs table.
+
+    The registry holds the tasks of Django's task framework too, under their module path.
+    """
 
     title = "task"
     parameter_name = "task_name"
@@ -122,7 +165,11 @@ class QueueFilter(ValueFilter):
     field_name = "queue"
 
     def values(self) -> list[str]:
-        return sorted(set(Schedule.objects.order_by().values_list("queue", flat=True).distinct()))
+        """The schedules' queues, the queues framework tasks declare, and ``default``."""
+        used = set(Schedule.objects.order_by().values_list("queue", flat=True).distinct())
+        entries = (registry.find(name) for name in registry.names())
+        declared = {e.framework_task.queue_name for e in entries if e is not None and e.framework_task is not None}
+        return sorted(used | declared | {"default"})
 
 
 class ScheduleFilter(ValueFilter):

@@ -19,13 +19,16 @@ from django.urls import path
 from django.utils.html import format_html
 
 from ..models import Run, RunState, Schedule
+from ..services import enqueue as enqueue_service
 from ..services import runs as run_service
+from ..services.outcomes import retry_policy_of
 from . import dashboard
 from .display import change_url, pretty_json, state_badge, timestamp_field
 from .events import RunEventInline
 from .lists import (
     LargeTablePaginator,
     OriginFilter,
+    PriorityFilter,
     QueueFilter,
     ScheduleFilter,
     StateFilter,
@@ -53,14 +56,17 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
         "scheduled",
         "finished",
         "queue",
+        "priority",
         "origin",
     )
     sortable_by = ("id",)  # the only order a million-row table can serve from an index, newest first
     list_display_links = ("id",)
-    list_filter = (StateFilter, TaskFilter, QueueFilter, ScheduleFilter, OriginFilter)
+    list_filter = (StateFilter, TaskFilter, QueueFilter, ScheduleFilter, OriginFilter, PriorityFilter)
     list_select_related = ("schedule",)
     search_fields = ("idempotency_key",)  # see get_search_results
-    search_help_text = "#id for one run; otherwise an idempotency key (or its beginning), or text of the last error."
+    search_help_text = (
+        "#id for one run; otherwise an idempotency key (or its beginning), a unique key, or text of the last error."
+    )
     list_per_page = 50
     paginator = LargeTablePaginator
     show_full_result_count = False  # no second COUNT(*) over the whole table
@@ -81,6 +87,8 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
                     "state_badge",
                     "origin",
                     "queue",
+                    "priority",
+                    "unique_key_text",
                     "idempotency_key",
                     "fencing_token",
                     "cancel_requested",
@@ -101,7 +109,10 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
                 )
             },
         ),
-        ("Attempts and lease", {"fields": ("attempts", "max_attempts", "lease_owner", "lease_expires_at_utc")}),
+        (
+            "Attempts and lease",
+            {"fields": ("attempts", "max_attempts", "retry_policy_text", "lease_owner", "lease_expires_at_utc")},
+        ),
         ("Payload and result", {"fields": ("args_json", "kwargs_json", "result_json")}),
         ("Last error", {"fields": ("error_text",)}),
     )
@@ -117,7 +128,7 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
     lease_expires_at_utc = timestamp_field("lease_expires_at", "lease expires at (UTC)", ms=True)
 
     def has_add_permission(self, request):
-        return False  # runs come from the tick, a trigger or the API
+        return False  # runs come from the tick, a trigger, an enqueue (code, the API, the CLI)
 
     def has_change_permission(self, request, obj=None):
         return False  # run state changes only through the cancel/requeue actions
@@ -144,13 +155,14 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
 
     def get_search_results(self, request, queryset, search_term):
         """``#17``: run 17; ``17``: run 17, or a key or an error containing it; other text: an
-        idempotency key starting with it (``nightly:2026-03``) or the last error containing it."""
+        idempotency key starting with it (``nightly:2026-03``), a unique key equal to it, or the
+        last error containing it."""
         term = search_term.strip()
         if not term:
             return queryset, False
         if (run_id := parse_id(term, marked=True)) is not None:
             return queryset.filter(pk=run_id), False
-        match = Q(idempotency_key__startswith=term) | Q(last_error__icontains=term)
+        match = Q(idempotency_key__startswith=term) | Q(unique_key=term) | Q(last_error__icontains=term)
         if (run_id := parse_id(term)) is not None:
             match |= Q(pk=run_id)
         return queryset.filter(match), False
@@ -198,6 +210,25 @@ class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
     @admin.display(description="fencing token")
     def fencing_token(self, obj: Run) -> str:
         return obj.fencing_token
+
+    @admin.display(description="unique key")
+    def unique_key_text(self, obj: Run) -> str:
+        return obj.unique_key or "-"
+
+    @admin.display(description="retry policy")
+    def retry_policy_text(self, obj: Run) -> str:
+        """An enqueued run's own policy; a scheduled run's comes from its schedule (joined: no query)."""
+        own = enqueue_service.own_policy(obj)
+        if own is None and obj.retry_policy:
+            return f"unreadable: {obj.retry_policy!r}"  # written by hand; the page still shows
+        policy = own or retry_policy_of(obj)
+        text = (
+            f"{policy.max_attempts} attempt(s); retry after {policy.base:g}s, doubling up to {policy.cap:g}s; "
+            f"jitter {policy.jitter:g}"
+        )
+        if own is not None:
+            return text
+        return f"{text} (the schedule's)" if obj.schedule_id is not None else f"{text} (the DISTSCHED defaults)"
 
     @admin.display(description="duration")
     def duration(self, obj: Run) -> str:

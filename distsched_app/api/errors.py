@@ -108,7 +108,7 @@ _DESCRIPTIONS = {
     400: "Invalid input, malformed JSON included: messages by field (`non_field_errors` when no field is to blame).",
     401: "Not authenticated (no credentials, or a bad token); the `WWW-Authenticate` header names the scheme.",
     403: "Authenticated, but without the permission this action needs (`view_*` to read, `add_schedule`, "
-    "`change_*`, `delete_schedule`), or a session write without its CSRF token.",
+    "`add_run`, `change_*`, `delete_schedule`), or a session write without its CSRF token.",
     404: "No such resource (or an invalid cursor).",
     409: "The run's current state does not allow this action.",
     413: "The request body is larger than `DATA_UPLOAD_MAX_MEMORY_SIZE`.",

@@ -12,7 +12,7 @@ import django_filters
 from django import forms
 from drf_spectacular.utils import extend_schema_field
 
-from ..models import Run, RunState, Schedule, ScheduleKind
+from ..models import MAX_PRIORITY, MIN_PRIORITY, Origin, Run, RunState, Schedule, ScheduleKind
 
 BOOLEAN_CHOICES = [("true", "true"), ("false", "false")]
 NO_NUL = "^[^\\u0000]*$"
@@ -29,9 +29,22 @@ class StrictFilterForm(forms.Form):
     def clean(self):
         cleaned = super().clean()
         for name, field in self.fields.items():
-            if isinstance(field, forms.ChoiceField) and self.data.get(name) == "":
+            if self.data.get(name) != "":
+                continue
+            if isinstance(field, forms.ChoiceField):
                 self.add_error(name, "Give one of the listed values, or leave the parameter out.")
+            elif isinstance(field, forms.IntegerField):
+                self.add_error(name, "Give a whole number, or leave the parameter out.")
         return cleaned
+
+
+class IntegerFilter(django_filters.Filter):
+    """An exact whole number (django-filter's NumberFilter takes decimals)."""
+
+    field_class = forms.IntegerField
+
+
+PRIORITY_HELP = "Only runs of this priority."
 
 
 class RunFilter(django_filters.FilterSet):
@@ -39,11 +52,17 @@ class RunFilter(django_filters.FilterSet):
     schedule = text_filter("Only runs of the schedule with this name.", field_name="schedule__name")
     task_name = text_filter("Only runs of this task.")
     queue = text_filter("Only runs on this queue.")
+    origin = django_filters.ChoiceFilter(
+        choices=Origin.choices, help_text="Only runs of this origin (enqueued: no schedule)."
+    )
+    priority = extend_schema_field(
+        {"type": "integer", "minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY, "description": PRIORITY_HELP}
+    )(IntegerFilter(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY, help_text=PRIORITY_HELP))
 
     class Meta:
         model = Run
         form = StrictFilterForm
-        fields = ["state", "schedule", "task_name", "queue"]
+        fields = ["state", "schedule", "task_name", "queue", "origin", "priority"]
 
 
 class ScheduleFilter(django_filters.FilterSet):

@@ -2,8 +2,8 @@
 
 Each view names, per action, the permissions any one of which lets a user in
 (``required_permissions``). The vocabulary is Django's: ``view_<model>`` reads,
-``add_schedule`` creates, ``change_<model>`` updates and acts (pause, resume,
-trigger; cancel, requeue), ``delete_schedule`` deletes, and the custom
+``add_schedule`` creates a schedule and ``add_run`` enqueues a run, ``change_<model>``
+updates and acts (pause, resume, trigger; cancel, requeue), ``delete_schedule`` deletes, and the custom
 ``view_metrics`` reads ``/metrics``. As in the admin, ``change_<model>`` also
 lets a user read that model (a user who may edit a schedule may look at it).
 

@@ -14,11 +14,25 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from ..conf import RANGES
 from ..errors import ValidationError
-from ..models import CatchUp, Liveness, Overlap, Run, RunEvent, Schedule, ScheduleKind, Worker, schedule_name_of
+from ..models import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    CatchUp,
+    Liveness,
+    Overlap,
+    Run,
+    RunEvent,
+    Schedule,
+    ScheduleKind,
+    Worker,
+    schedule_name_of,
+)
+from ..services import enqueue as enqueue_service
 from ..services import queries
 from ..services import schedules as schedule_service
-from ..services.validation import MAX_ATTEMPTS_LIMIT, MAX_INTERVAL_SECONDS, NAME_MAX
+from ..services.validation import MAX_ATTEMPTS_LIMIT, MAX_INTERVAL_SECONDS, NAME_MAX, QUEUE_RE
 from .fields import (
     StrictBooleanField,
     StrictCharField,
@@ -68,8 +82,11 @@ RUN_FIELDS = [
     "last_error",
     "result",
     "queue",
+    "priority",
     "origin",
     "idempotency_key",
+    "unique_key",
+    "retry_policy",
     "cancel_requested",
     "fencing_token",
     "created_at",
@@ -141,12 +158,32 @@ class ScheduleDetailSerializer(ScheduleSerializer):
         return LastRunSerializer(run).data if run is not None else None
 
 
+class RetryPolicySerializer(serializers.Serializer):
+    """An enqueued run's own retry policy, named as ``POST /api/runs`` takes it."""
+
+    max_attempts = serializers.IntegerField()
+    retry_base_seconds = serializers.FloatField()
+    retry_max_seconds = serializers.FloatField()
+    retry_jitter = serializers.FloatField()
+
+
 class RunSerializer(serializers.ModelSerializer):
-    schedule = serializers.SerializerMethodField(help_text="The name of the schedule this run belongs to.")
+    schedule = serializers.SerializerMethodField(
+        help_text="The name of the schedule this run belongs to; null for an enqueued run (origin `enqueued`)."
+    )
     args = json_list(read_only=True)
     kwargs = json_object(read_only=True)
     result = serializers.JSONField(read_only=True, allow_null=True, help_text="The task's return value.")
     fencing_token = serializers.CharField(read_only=True, help_text='"<run id>:<attempt>"; grows with every claim.')
+    priority = serializers.IntegerField(
+        read_only=True, help_text=f"{MIN_PRIORITY}..{MAX_PRIORITY}; workers claim higher priorities first."
+    )
+    unique_key = serializers.CharField(
+        read_only=True, help_text="While a run with this key is not finished, enqueueing the key again returns it."
+    )
+    retry_policy = serializers.SerializerMethodField(
+        help_text="An enqueued run's own retry policy; null for a run that follows its schedule's."
+    )
 
     class Meta:
         model = Run
@@ -157,6 +194,31 @@ class RunSerializer(serializers.ModelSerializer):
     def get_schedule(self, run: Run) -> str | None:
         # Lists annotate the name (services.queries.runs); single runs come with their schedule.
         return schedule_name_of(run)
+
+    @extend_schema_field(RetryPolicySerializer(allow_null=True))
+    def get_retry_policy(self, run: Run) -> dict[str, Any] | None:
+        policy = enqueue_service.own_policy(run)
+        return None if policy is None else enqueue_service.policy_fields(policy)
+
+
+class EnqueuedRunSerializer(RunSerializer):
+    """``POST /api/runs``' answer: the run, and whether this request created it.
+
+    ``context["created"]``: False when an unfinished run already held the unique key.
+    """
+
+    created = serializers.SerializerMethodField(
+        help_text="true (201): this request enqueued the run; false (200): an unfinished run already held "
+        "`unique_key`, and this is that run (nothing was written)."
+    )
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RUN_FIELDS, "created"]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.BooleanField())
+    def get_created(self, run: Run) -> bool:
+        return bool(self.context["created"])
 
 
 class RunEventSerializer(serializers.ModelSerializer):
@@ -274,6 +336,47 @@ class ScheduleChangeSerializer(serializers.Serializer):
     catch_up = serializers.ChoiceField(choices=CatchUp.choices, required=False)
     overlap = serializers.ChoiceField(choices=Overlap.choices, required=False)
     queue = StrictCharField(max_length=100, required=False)
+
+
+@extend_schema_field({"type": "string", "pattern": QUEUE_RE.pattern})
+class QueueField(StrictCharField):
+    """Checked by ``services.validation.validate_queue``; the pattern is for the schema's readers."""
+
+
+class RunEnqueueSerializer(serializers.Serializer):
+    """``POST /api/runs``: one run of a registered task, without a schedule (origin ``enqueued``).
+
+    The retry options are each optional; left out, ``DISTSCHED``'s defaults apply
+    (``MAX_ATTEMPTS``, ``RETRY_BASE_SECONDS``, ``RETRY_MAX_SECONDS``, no jitter).
+    """
+
+    task_name = StrictCharField(
+        max_length=200, help_text="A registered task name (a framework task's is its module path)."
+    )
+    args = json_list(required=False, help_text="Positional arguments (a JSON array).")
+    kwargs = json_object(required=False, help_text="Keyword arguments (a JSON object).")
+    run_after = StrictDateTimeField(
+        required=False, allow_null=True, help_text="Not before this time (with an offset); left out: now."
+    )
+    priority = StrictIntegerField(
+        min_value=MIN_PRIORITY,
+        max_value=MAX_PRIORITY,
+        required=False,
+        help_text="Workers claim higher priorities first (default 0).",
+    )
+    queue = QueueField(max_length=100, required=False, help_text="Queue the run goes to (default `default`).")
+    unique_key = StrictCharField(
+        max_length=enqueue_service.UNIQUE_KEY_MAX,
+        required=False,
+        allow_blank=True,
+        help_text="While an unfinished run holds this key, the answer is that run (200, created false).",
+    )
+    max_attempts = StrictIntegerField(min_value=1, max_value=MAX_ATTEMPTS_LIMIT, required=False)
+    retry_base_seconds = StrictFloatField(min_value=0, max_value=RANGES["RETRY_BASE_SECONDS"][2], required=False)
+    retry_max_seconds = StrictFloatField(min_value=0, max_value=RANGES["RETRY_MAX_SECONDS"][2], required=False)
+    retry_jitter = StrictFloatField(
+        min_value=0, max_value=1, required=False, help_text="Extra random delay, as a fraction of the backoff."
+    )
 
 
 @extend_schema_field({"type": "string", "pattern": "^[A-Za-z0-9_-]+$", "minLength": 1, "maxLength": NAME_MAX})

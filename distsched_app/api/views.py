@@ -15,7 +15,7 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.urls import NoReverseMatch, reverse
 from django_filters.rest_framework import DjangoFilterBackend
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import exceptions, status, viewsets
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication, TokenAuthentication
@@ -28,17 +28,20 @@ from rest_framework.views import APIView
 from ..clock import current_clock
 from ..errors import RunNotFound
 from ..models import Run, Schedule, Worker
+from ..services import enqueue as enqueue_service
 from ..services import queries
 from ..services import runs as run_service
 from ..services import schedules as schedule_service
 from ..services import stats as stats_service
-from ..services.validation import NAME_MAX
 from .errors import error_responses, exception_handler
+from .examples import CHANGE_EXAMPLES, CREATE_EXAMPLES, ENQUEUE_EXAMPLES, ID_PARAM, MAX_RUN_ID, NAME_PARAM
 from .filters import RunFilter, ScheduleFilter
 from .pagination import ByNamePagination, ByWorkerIdPagination, NewestFirstPagination, OldestFirstPagination
 from .parsers import BoundedJSONParser
 from .permissions import ModelPermissions, may, may_read
 from .serializers import (
+    EnqueuedRunSerializer,
+    RunEnqueueSerializer,
     RunEventSerializer,
     RunSerializer,
     ScheduleChangeSerializer,
@@ -48,8 +51,6 @@ from .serializers import (
     StatsSerializer,
     WorkerSerializer,
 )
-
-MAX_RUN_ID = 2**63 - 1
 
 
 class ApiView:
@@ -85,58 +86,6 @@ def run_id(value: str) -> int:
 
 def actor(request: Request) -> str:
     return request.user.get_username()
-
-
-CREATE_EXAMPLES = [
-    OpenApiExample(
-        "Every hour",
-        request_only=True,
-        value={
-            "name": "hourly-heartbeat",
-            "task_name": "demo.heartbeat",
-            "interval_seconds": 3600,
-        },
-    ),
-    OpenApiExample(
-        "Cron in a time zone",
-        request_only=True,
-        value={
-            "name": "nightly-heartbeat",
-            "task_name": "demo.heartbeat",
-            "cron": "0 3 * * *",
-            "timezone": "Europe/Paris",
-            "max_attempts": 5,
-            "retry_base_seconds": 30,
-            "catch_up": "skip",
-            "overlap": "skip",
-        },
-    ),
-    OpenApiExample(
-        "Once",
-        request_only=True,
-        value={
-            "name": "new-year",
-            "task_name": "demo.heartbeat",
-            "run_at": "2030-01-01T00:00:00Z",
-        },
-    ),
-]
-CHANGE_EXAMPLES = [
-    OpenApiExample("New interval", request_only=True, value={"interval_seconds": 600}),
-    OpenApiExample("Switch to cron", request_only=True, value={"cron": "*/15 * * * *", "timezone": "UTC"}),
-    OpenApiExample("Retry policy", request_only=True, value={"max_attempts": 5, "retry_base_seconds": 30}),
-]
-
-
-NAME_PARAM = OpenApiParameter(
-    "name",
-    {"type": "string", "pattern": "^[A-Za-z0-9_-]+$", "maxLength": NAME_MAX},
-    OpenApiParameter.PATH,
-    description="The schedule's name.",
-)
-ID_PARAM = OpenApiParameter(
-    "id", {"type": "integer", "minimum": 1, "maximum": MAX_RUN_ID}, OpenApiParameter.PATH, description="The run's id."
-)
 
 
 @extend_schema_view(
@@ -268,6 +217,22 @@ class ScheduleViewSet(ApiView, viewsets.GenericViewSet):
     list=extend_schema(
         summary="List runs, newest first", responses={200: RunSerializer(many=True), **error_responses(400, 404)}
     ),
+    create=extend_schema(
+        summary="Enqueue a run of a registered task (no schedule; origin enqueued)",
+        description="201 with the new run (`created` true). With a `unique_key` that an unfinished run "
+        "(pending, leased, running or retrying) holds, nothing is written and the answer is 200 with that run "
+        "(`created` false). The retry options left out are DISTSCHED's defaults (`MAX_ATTEMPTS`, "
+        "`RETRY_BASE_SECONDS`, `RETRY_MAX_SECONDS`, no jitter). Needs the `add_run` permission.",
+        request=RunEnqueueSerializer,
+        examples=ENQUEUE_EXAMPLES,
+        responses={
+            201: EnqueuedRunSerializer,
+            200: OpenApiResponse(
+                EnqueuedRunSerializer, description="An unfinished run already holds `unique_key`: that run."
+            ),
+            **error_responses(400, 415),
+        },
+    ),
     retrieve=extend_schema(
         summary="Show a run", parameters=[ID_PARAM], responses={200: RunSerializer, **error_responses(404)}
     ),
@@ -277,6 +242,7 @@ class RunViewSet(ApiView, viewsets.GenericViewSet):
 
     required_permissions = {
         "list": may_read("run"),
+        "create": may("add", "run"),
         "retrieve": may_read("run"),
         "events": may_read("run"),
         "cancel": may("change", "run"),
@@ -290,9 +256,30 @@ class RunViewSet(ApiView, viewsets.GenericViewSet):
     filterset_class = RunFilter
     serializer_class = RunSerializer
 
+    def get_serializer_class(self):
+        # What OPTIONS and the browsable API describe as input; the handlers name their serializers.
+        method = self.request.method if self.request is not None else "GET"
+        return RunEnqueueSerializer if method == "POST" and not self.detail else RunSerializer
+
     def list(self, request: Request) -> Response:
         page = self.paginate_queryset(self.filter_queryset(queries.runs()))
         return self.get_paginated_response(RunSerializer(page, many=True).data)
+
+    def create(self, request: Request) -> Response:
+        serializer = RunEnqueueSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        policy = enqueue_service.validate_policy(
+            {name: data.pop(name) for name in enqueue_service.POLICY_FIELDS if name in data}
+        )
+        job = enqueue_service.Job(**{k: v for k, v in data.items() if v is not None})
+        enqueued = enqueue_service.enqueue(
+            job, now=self.now(), policy=policy, message=f"enqueued by {actor(request)} via the API"
+        )
+        return Response(
+            EnqueuedRunSerializer(enqueued.run, context={"created": enqueued.created}).data,
+            status=status.HTTP_201_CREATED if enqueued.created else status.HTTP_200_OK,
+        )
 
     def retrieve(self, request: Request, id: str) -> Response:
         return Response(RunSerializer(run_service.get_run(run_id(id))).data)

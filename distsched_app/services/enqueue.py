@@ -21,6 +21,8 @@ from ..conf import RANGES, conf
 from ..db import runs as db_runs
 from ..errors import ValidationError
 from ..models import ACTIVE_STATES, MAX_PRIORITY, MIN_PRIORITY, Origin, Run, RunState
+from ..text import storable
+from .events import MAX_MESSAGE_CHARS
 from .validation import (
     MAX_ATTEMPTS_LIMIT,
     bounded_float,
@@ -36,6 +38,8 @@ UNIQUE_KEY_MAX = 255
 ENQUEUED_MESSAGE = "enqueued"
 # A duplicate unique key whose run finishes between our INSERT and our SELECT: insert again.
 UNIQUE_RETRIES = 3
+# The retry options of an enqueued run, as callers name them (validate_policy's keys, policy_fields' output).
+POLICY_FIELDS = ("max_attempts", "retry_base_seconds", "retry_max_seconds", "retry_jitter")
 
 
 def default_policy() -> RetryPolicy:
@@ -45,7 +49,7 @@ def default_policy() -> RetryPolicy:
 
 def validate_policy(data: dict[str, Any]) -> RetryPolicy:
     """``{"max_attempts", "retry_base_seconds", "retry_max_seconds", "retry_jitter"}`` (each optional)."""
-    unknown = set(data) - {"max_attempts", "retry_base_seconds", "retry_max_seconds", "retry_jitter"}
+    unknown = set(data) - set(POLICY_FIELDS)
     if unknown:
         raise ValidationError(f"unknown retry option(s): {', '.join(sorted(unknown))}", field="retry")
     base_default = default_policy()
@@ -70,6 +74,22 @@ def validate_policy(data: dict[str, Any]) -> RetryPolicy:
     if policy.cap < policy.base:
         raise ValidationError("retry_max_seconds must be at least retry_base_seconds", field="retry_max_seconds")
     return policy
+
+
+def policy_fields(policy: RetryPolicy) -> dict[str, float]:
+    """``validate_policy``'s input for ``policy``: how the API, the CLI and the admin show it."""
+    return dict(zip(POLICY_FIELDS, (policy.max_attempts, policy.base, policy.cap, policy.jitter), strict=True))
+
+
+def own_policy(run: Run) -> RetryPolicy | None:
+    """The retry policy a run carries itself (an enqueued run's); None for a run that follows its
+    schedule's, or whose stored policy is unreadable (written by hand), so a screen never fails on it."""
+    if not run.retry_policy:
+        return None
+    try:
+        return RetryPolicy.from_json(run.retry_policy)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,13 +167,14 @@ class Enqueued:
         return _run(self.pk, self._new, now=self._now)
 
 
-def enqueue(job: Job, *, now: datetime, policy: RetryPolicy | None = None) -> Enqueued:
+def enqueue(job: Job, *, now: datetime, policy: RetryPolicy | None = None, message: str = ENQUEUED_MESSAGE) -> Enqueued:
     """Write one run and its ``created`` event in the current transaction (at most two
     INSERTs, one statement on PostgreSQL). With a ``unique_key`` held by an active run,
-    nothing is written and that run is returned."""
+    nothing is written and that run is returned. ``message`` is the event's (who enqueued it)."""
     new = _validated(job, policy=policy or default_policy(), now=now)
+    message = storable(message, MAX_MESSAGE_CHARS)
     for _ in range(UNIQUE_RETRIES):
-        run_id = db_runs.insert_enqueued(new, now=now, message=ENQUEUED_MESSAGE)
+        run_id = db_runs.insert_enqueued(new, now=now, message=message)
         if run_id is not None:
             return Enqueued(run_id=run_id, new=new, now=now)
         existing = Run.objects.filter(unique_key=new.unique_key, state__in=ACTIVE_STATES).first()

@@ -9,7 +9,7 @@ Nothing here writes, and nothing reads the clock: every function takes ``now``.
   the hour it happened, and a retried attempt counts once per retry.
 - ``read_snapshot``: everything one Prometheus scrape reports (``metrics``
   renders it), in nine indexed aggregate queries whatever the data: runs by
-  state and queue (two ranges of the ``(state, queue)`` index, ~0.1 s at a
+  state, queue and origin (two ranges of the ``(state, queue, origin)`` index, ~0.1 s at a
   million runs, the only cost that grows with all history; ``distsched prune``
   keeps it down; see ``run_counts`` for the 10 s cache on a large PostgreSQL),
   the oldest waiting run (the claim index), rare events of all time and
@@ -71,20 +71,25 @@ class Stats:
 
 BIG_TERMINAL_STATES = (RunState.SUCCEEDED, RunState.CANCELLED, RunState.SKIPPED)
 """States that grow with all history: the only counts that may come from the short-lived cache."""
-BIG_TERMINAL_CACHE_KEY = "distsched:stats:big-terminal-run-counts"
+# Named for its (state, queue, origin) keys: a figure cached by an older release is never read.
+BIG_TERMINAL_CACHE_KEY = "distsched:stats:big-terminal-run-counts:state-queue-origin"
 BIG_TERMINAL_CACHE_SECONDS = 10
 BIG_TERMINAL_CACHE_ABOVE = 100_000
 """PostgreSQL caches the big terminal counts only above this many such runs (below, counting is cheap)."""
 
 
-def _counts(qs: models.QuerySet) -> dict[tuple[str, str], int]:
-    return {
-        (row["state"], row["queue"]): row["n"] for row in qs.order_by().values("state", "queue").annotate(n=Count("*"))
-    }
+RunCounts = dict[tuple[str, str, str], int]
+"""Runs by ``(state, queue, origin)``: the key order of the ``(state, queue, origin)`` index."""
 
 
-def run_counts() -> dict[tuple[str, str], int]:
-    """Runs by ``(state, queue)``, read from the ``(state, queue)`` index alone (no table row).
+def _counts(qs: models.QuerySet) -> RunCounts:
+    rows = qs.order_by().values("state", "queue", "origin").annotate(n=Count("*"))
+    return {(row["state"], row["queue"], row["origin"]): row["n"] for row in rows}
+
+
+def run_counts() -> RunCounts:
+    """Runs by ``(state, queue, origin)``, read from the ``(state, queue, origin)`` index alone
+    (no table row).
 
     Active states and dead are always exact (a range of the index of a few
     percent of the runs). The big terminal states (succeeded, cancelled,
@@ -103,11 +108,19 @@ def run_counts() -> dict[tuple[str, str], int]:
     return counts | big
 
 
-def runs_by_state(counts: dict[tuple[str, str], int] | None = None) -> dict[str, int]:
+def runs_by_state(counts: RunCounts | None = None) -> dict[str, int]:
     by_state = {state: 0 for state in RunState.values}
-    for (state, _), n in (run_counts() if counts is None else counts).items():
+    for (state, _, _), n in (run_counts() if counts is None else counts).items():
         by_state[state] += n
     return by_state
+
+
+def runs_by_state_and_queue(counts: RunCounts) -> dict[tuple[str, str], int]:
+    """The counts summed over origins: runs by ``(state, queue)``."""
+    out: dict[tuple[str, str], int] = {}
+    for (state, queue, _), n in counts.items():
+        out[(state, queue)] = out.get((state, queue), 0) + n
+    return out
 
 
 def stats(*, now: datetime, recent_failures: int = 10) -> Stats:
@@ -267,7 +280,7 @@ class Snapshot:
     """Everything one scrape reports, read at one instant ``now``."""
 
     now: datetime
-    runs: dict[tuple[str, str], int]  # (state, queue) -> count
+    runs: RunCounts  # (state, queue, origin) -> count
     oldest_waiting: dict[str, datetime]  # queue -> oldest available_at of a due pending/retrying run
     events: dict[str, int]  # event type -> count of all time (COUNTED_EVENTS only)
     recent_events: dict[str, int]  # event type -> count in the last WINDOW (WINDOWED_EVENTS)
@@ -283,7 +296,7 @@ class Snapshot:
 
 def read_snapshot(now: datetime) -> Snapshot:
     """Nine small queries, each read from an index (the events table only through ``(event_type, created_at)``)."""
-    # From the (state, queue) index alone: no runs table row is read (see run_counts for exactness).
+    # From the (state, queue, origin) index alone: no runs table row is read (see run_counts for exactness).
     runs = run_counts()
     # The claim query's partial index (queue, available_at) over waiting runs only.
     oldest_waiting = {
@@ -324,7 +337,7 @@ def read_snapshot(now: datetime) -> Snapshot:
     overdue = Schedule.objects.overdue(now, conf.MISFIRE_GRACE_SECONDS).aggregate(
         n=Count("*"), oldest=Min("next_run_at")
     )
-    queues = sorted({queue for _, queue in runs} | {"default"})
+    queues = sorted({queue for _, queue, _ in runs} | {"default"})
     return Snapshot(
         now=now,
         runs=runs,

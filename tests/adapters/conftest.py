@@ -63,6 +63,7 @@ OPERATOR_PERMS = [
     "change_schedule",
     "delete_schedule",
     "view_run",
+    "add_run",
     "change_run",
     "view_worker",
 ]
@@ -70,7 +71,8 @@ OPERATOR_PERMS = [
 
 @pytest.fixture
 def operator(make_api_user):
-    """Staff who may do everything the API offers: read, create, change, act on and delete."""
+    """Staff who may do everything the API offers: read, create (schedules, enqueued runs), change, act on
+    and delete."""
     return make_api_user("operator", staff=True, perms=OPERATOR_PERMS)
 
 

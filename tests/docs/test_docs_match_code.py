@@ -50,7 +50,7 @@ def test_commands_named_in_docs_exist():
 def test_distsched_subcommands_in_docs_exist():
     groups = {
         "schedule": {"create", "list", "show", "pause", "resume", "trigger"},
-        "run": {"list", "show", "cancel", "requeue"},
+        "run": {"enqueue", "list", "show", "cancel", "requeue"},
         "worker": {"list"},
     }
     for name, text in TEXT.items():

@@ -164,9 +164,8 @@ def test_wheel_installs_into_a_fresh_project_and_runs_a_task(tmp_path: Path):
         scrape = get(port, "/metrics", token)
         assert scrape.status == 200, scrape.body
         assert scrape.getheader("Content-Type").startswith("text/plain")
-        assert (
-            'distsched_runs{queue="default",state="succeeded"} 2.0' in scrape.body
-        )  # the schedule's and the enqueued run
+        assert 'distsched_runs{origin="schedule",queue="default",state="succeeded"} 1.0' in scrape.body
+        assert 'distsched_runs{origin="enqueued",queue="default",state="succeeded"} 1.0' in scrape.body
         anonymous = get(port, "/metrics")
         assert (anonymous.status, anonymous.getheader("WWW-Authenticate")) == (401, "Token")
         assert get(port, "/api/schedules", token).status == 403  # the metrics permission only

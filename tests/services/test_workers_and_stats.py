@@ -10,7 +10,8 @@ from django.db.models import F
 from distsched_app.db.expressions import Microseconds
 from distsched_app.models import EventType, Origin, Run, RunState, Worker, WorkerStatus
 from distsched_app.services import claiming, events, outcomes, workers
-from distsched_app.services.stats import run_counts, runs_by_state, stats
+from distsched_app.services import enqueue as enqueue_service
+from distsched_app.services.stats import run_counts, runs_by_state, runs_by_state_and_queue, stats
 from tests.conftest import T0
 from tests.factories import succeed
 
@@ -77,9 +78,9 @@ def test_stats_summarise_state(scheduler, make_schedule, clock, settings):
     assert stats(now=clock.now() + timedelta(seconds=31)).workers_stale == 1
 
 
-def _run(schedule, state, *, queue="default", started_at=None, finished_at=None):
+def _run(schedule, state, *, queue="default", started_at=None, finished_at=None, origin=Origin.MANUAL):
     return Run.objects.create(
-        schedule=schedule,
+        schedule=None if origin == Origin.ENQUEUED else schedule,
         task_name=schedule.task_name,
         state=state,
         queue=queue,
@@ -87,33 +88,55 @@ def _run(schedule, state, *, queue="default", started_at=None, finished_at=None)
         available_at=T0,
         started_at=started_at,
         finished_at=finished_at,
-        origin=Origin.MANUAL,
+        origin=origin,
         idempotency_key="k",
         created_at=T0,
         updated_at=T0,
     )
 
 
-def test_run_counts_are_exact_by_state_and_queue(make_schedule):
+def test_run_counts_are_exact_by_state_queue_and_origin(make_schedule, clock):
     a = make_schedule("a")
-    for state, queue, n in [
-        (RunState.SUCCEEDED, "default", 3),
-        (RunState.SUCCEEDED, "q2", 2),
-        (RunState.DEAD, "q2", 1),
-        (RunState.PENDING, "default", 1),
+    for state, queue, origin, n in [
+        (RunState.SUCCEEDED, "default", Origin.MANUAL, 3),
+        (RunState.SUCCEEDED, "default", Origin.SCHEDULE, 1),
+        (RunState.SUCCEEDED, "q2", Origin.MANUAL, 2),
+        (RunState.DEAD, "q2", Origin.MANUAL, 1),
+        (RunState.PENDING, "default", Origin.MANUAL, 1),
     ]:
         for _ in range(n):
-            _run(a, state, queue=queue)
+            _run(a, state, queue=queue, origin=origin)
+    enqueue_service.enqueue(enqueue_service.Job(task_name="tests.noop", queue="q2"), now=clock.now())
     counts = run_counts()
     assert counts == {
-        (RunState.SUCCEEDED, "default"): 3,
+        (RunState.SUCCEEDED, "default", Origin.MANUAL): 3,
+        (RunState.SUCCEEDED, "default", Origin.SCHEDULE): 1,
+        (RunState.SUCCEEDED, "q2", Origin.MANUAL): 2,
+        (RunState.DEAD, "q2", Origin.MANUAL): 1,
+        (RunState.PENDING, "default", Origin.MANUAL): 1,
+        (RunState.PENDING, "q2", Origin.ENQUEUED): 1,
+    }
+    assert runs_by_state_and_queue(counts) == {
+        (RunState.SUCCEEDED, "default"): 4,
         (RunState.SUCCEEDED, "q2"): 2,
         (RunState.DEAD, "q2"): 1,
         (RunState.PENDING, "default"): 1,
+        (RunState.PENDING, "q2"): 1,
     }
     by_state = runs_by_state(counts)
     assert by_state == runs_by_state()
-    assert (by_state[RunState.SUCCEEDED], by_state[RunState.DEAD], by_state[RunState.SKIPPED]) == (5, 1, 0)
+    assert (by_state[RunState.SUCCEEDED], by_state[RunState.DEAD], by_state[RunState.PENDING]) == (6, 1, 2)
+    assert by_state[RunState.SKIPPED] == 0 and sum(by_state.values()) == Run.objects.count()
+
+
+def test_run_counts_cost_two_grouped_queries(make_schedule, django_assert_num_queries, _no_cached_counts):
+    a, b = make_schedule("a"), make_schedule("b")
+    for origin in Origin.values:
+        _run(a, RunState.SUCCEEDED, origin=origin)
+        _run(b, RunState.PENDING, origin=origin)  # another schedule: one slot each
+    with django_assert_num_queries(2):  # active and dead, then the big terminal states
+        counts = run_counts()
+    assert sum(counts.values()) == 6
 
 
 @pytest.mark.parametrize(
@@ -161,15 +184,15 @@ def test_big_terminal_counts_cached_only_on_a_large_postgresql(make_schedule, mo
     a = make_schedule("a")
     for _ in range(2):
         _run(a, RunState.SUCCEEDED)
-    assert run_counts()[(RunState.SUCCEEDED, "default")] == 2
+    assert run_counts()[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == 2
     _run(a, RunState.SUCCEEDED)
     _run(a, RunState.DEAD)
     counts = run_counts()
-    assert counts[(RunState.DEAD, "default")] == 1  # active and dead: always exact
+    assert counts[(RunState.DEAD, "default", Origin.MANUAL)] == 1  # active and dead: always exact
     cached = connection.vendor == "postgresql"
-    assert counts[(RunState.SUCCEEDED, "default")] == (2 if cached else 3)
+    assert counts[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == (2 if cached else 3)
     cache.delete(stats_module.BIG_TERMINAL_CACHE_KEY)
-    assert run_counts()[(RunState.SUCCEEDED, "default")] == 3
+    assert run_counts()[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == 3
 
 
 def test_one_liveness_rule_for_a_row_its_row_sets_and_the_counts(clock, settings):

@@ -36,6 +36,14 @@ def json_value(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"invalid JSON: {exc}") from None
 
 
+def whole_number(text: str) -> int:
+    """Any whole number, negative too (its range is the service's rule: a priority, say)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
 def object_id(text: str) -> int:
     """A database id: a whole number from 1 to 2**63-1."""
     try:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ...clock import iso_utc
 from ...models import Liveness, Run, RunEvent, Schedule, Worker, schedule_name_of
+from ...services import enqueue
 
 
 def iso(value: datetime | None) -> str | None:
@@ -65,6 +66,7 @@ def run_record(run: Run) -> dict[str, Any]:
         "kwargs": run.kwargs,
         "state": run.state,
         "queue": run.queue,
+        "priority": run.priority,
         "origin": run.origin,
         "scheduled_for": iso(run.scheduled_for),
         "available_at": iso(run.available_at),
@@ -76,11 +78,20 @@ def run_record(run: Run) -> dict[str, Any]:
         "finished_at": iso(run.finished_at),
         "cancel_requested": run.cancel_requested,
         "idempotency_key": run.idempotency_key,
+        "unique_key": run.unique_key,
+        "retry_policy": retry_policy(run),
         "last_error": run.last_error,
         "result": run.result,
         "created_at": iso(run.created_at),
         "updated_at": iso(run.updated_at),
     }
+
+
+def retry_policy(run: Run) -> dict[str, Any] | None:
+    """An enqueued run's own retry policy, named as ``--json`` readers know it from the API; None
+    for a run that follows its schedule's."""
+    policy = enqueue.own_policy(run)
+    return None if policy is None else enqueue.policy_fields(policy)
 
 
 def event_record(event: RunEvent) -> dict[str, Any]:

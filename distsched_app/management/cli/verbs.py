@@ -13,8 +13,8 @@ from datetime import datetime
 from typing import Any
 
 from ...errors import ValidationError
-from ...models import RunState, schedule_name_of
-from ...services import maintenance, queries, runs, schedules, stats, workers
+from ...models import Run, RunState, schedule_name_of
+from ...services import enqueue, maintenance, queries, runs, schedules, stats, workers
 from . import records
 from .tables import key_values, seconds, table, when
 
@@ -115,24 +115,49 @@ def schedule_trigger(now: datetime, o: dict[str, Any]) -> Output:
 
 # --------------------------------------------------------------------- runs
 
-RUN_COLUMNS = ("ID", "SCHEDULE", "TASK", "STATE", "ATTEMPTS", "QUEUE", "SCHEDULED FOR", "STARTED", "FINISHED")
+RUN_COLUMNS = (
+    "ID",
+    "SCHEDULE",
+    "TASK",
+    "STATE",
+    "ATTEMPTS",
+    "QUEUE",
+    "PRIORITY",
+    "SCHEDULED FOR",
+    "STARTED",
+    "FINISHED",
+)
+
+
+def run_enqueue(now: datetime, o: dict[str, Any]) -> Output:
+    options = {"args": o["task_args"], "kwargs": o["task_kwargs"], "run_after": o["run_after"]}
+    options |= {"priority": o["priority"], "queue": o["queue"], "unique_key": o["unique_key"]}
+    job = enqueue.Job(task_name=o["task"], **{k: v for k, v in options.items() if v is not None})
+    done = enqueue.enqueue(job, now=now, message="enqueued from the command line")  # DISTSCHED's retry defaults
+    r = done.run
+    document = {**records.run_record(r), "created": done.created}
+    if not done.created:
+        return document, f"run {r.pk} holds unique key {r.unique_key!r} and is {r.state}: nothing enqueued"
+    text = f"created run {r.pk} of task {r.task_name} (enqueued, queue {r.queue}, priority {r.priority})"
+    return document, text if r.available_at <= now else f"{text}, not before {when(r.available_at)}"
 
 
 def run_list(now: datetime, o: dict[str, Any]) -> Output:
     qs = queries.runs()
     if o["schedule"]:
         qs = qs.filter(schedule=schedules.get_schedule(o["schedule"]))  # an unknown name is an error, not []
-    filters = {"state": o["state"], "task_name": o["task"], "queue": o["queue"]}
+    filters = {"state": o["state"], "task_name": o["task"], "queue": o["queue"], "origin": o["origin"]}
     qs = qs.filter(**{k: v for k, v in filters.items() if v is not None})
     found = list(qs.order_by("-id")[: o["limit"]])
     rows = [
         (
             r.pk,
-            getattr(r, "schedule_name", ""),  # annotated by queries.runs()
+            getattr(r, "schedule_name", None),  # annotated by queries.runs(); None (shown "-") when enqueued
             r.task_name,
             r.state,
             f"{r.attempts}/{r.max_attempts}",
             r.queue,
+            r.priority,
             r.scheduled_for,
             r.started_at,
             r.finished_at,
@@ -154,7 +179,10 @@ def run_show(now: datetime, o: dict[str, Any]) -> Output:
         ("kwargs", json.dumps(r.kwargs)),
         ("state", r.state),
         ("queue", r.queue),
+        ("priority", r.priority),
         ("origin", r.origin),
+        ("unique_key", r.unique_key),
+        ("retry_policy", _policy_text(r)),
         ("scheduled_for", r.scheduled_for),
         ("available_at", r.available_at),
         ("attempts", f"{r.attempts}/{r.max_attempts}"),
@@ -179,6 +207,17 @@ def run_show(now: datetime, o: dict[str, Any]) -> Output:
     if r.last_error:
         parts += ["", "last error:", r.last_error]
     return document, "\n".join(parts)
+
+
+def _policy_text(r: Run) -> str:
+    """An enqueued run's own retry policy in one line; else where its policy comes from."""
+    policy = records.retry_policy(r)
+    if policy is None:
+        return "the schedule's" if r.schedule_id is not None else "DISTSCHED's defaults"
+    return (
+        f"{policy['max_attempts']} attempt(s), base {policy['retry_base_seconds']:g}s, "
+        f"max {policy['retry_max_seconds']:g}s, jitter {policy['retry_jitter']:g}"
+    )
 
 
 def run_cancel(now: datetime, o: dict[str, Any]) -> Output:
@@ -283,6 +322,7 @@ VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     "schedule pause": schedule_pause,
     "schedule resume": schedule_resume,
     "schedule trigger": schedule_trigger,
+    "run enqueue": run_enqueue,
     "run list": run_list,
     "run show": run_show,
     "run cancel": run_cancel,

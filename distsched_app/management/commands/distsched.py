@@ -1,7 +1,7 @@
 """``manage.py distsched <group> <verb>``: the operator's command line.
 
     distsched schedule create|list|show|pause|resume|trigger
-    distsched run list|show|cancel|requeue
+    distsched run enqueue|list|show|cancel|requeue
     distsched worker list
     distsched stats
     distsched prune --older-than 30d
@@ -21,11 +21,11 @@ from django.core.management.base import CommandError
 
 from ...clock import current_clock
 from ...errors import DistschedError
-from ...models import CatchUp, Overlap, RunState
+from ...models import CatchUp, Origin, Overlap, RunState
 from ...services import maintenance
 from ...text import storable
 from ..base import DistschedCommand, int_up_to, positive_int, storable_text
-from ..cli.args import duration, json_value, object_id
+from ..cli.args import duration, json_value, object_id, whole_number
 from ..cli.verbs import VERBS
 
 MAX_LIST = 10_000
@@ -93,10 +93,29 @@ class Command(DistschedCommand):
         ):
             _leaf(verbs, verb, text).add_argument("name", metavar="NAME")
 
-        run = groups.add_parser("run", help="List, inspect, cancel and requeue runs.")
+        run = groups.add_parser("run", help="Enqueue, list, inspect, cancel and requeue runs.")
         verbs = run.add_subparsers(dest="verb", required=True)
+        enqueue = _leaf(verbs, "enqueue", "Enqueue one run of a registered task, without a schedule.")
+        enqueue.add_argument("task", metavar="TASK", help="Registered task name (a framework task: its module path).")
+        enqueue.add_argument(
+            "--args", dest="task_args", type=json_value, metavar="JSON", help="Positional arguments, a JSON list."
+        )
+        enqueue.add_argument(
+            "--kwargs", dest="task_kwargs", type=json_value, metavar="JSON", help="Keyword arguments, a JSON object."
+        )
+        enqueue.add_argument("--run-after", metavar="ISO", help="Not before this ISO 8601 time (with offset).")
+        enqueue.add_argument(
+            "--priority", type=whole_number, metavar="N", help="-100..100, higher claimed first (default 0)."
+        )
+        enqueue.add_argument("--queue", metavar="Q", help="Queue the run goes to (default: default).")
+        enqueue.add_argument(
+            "--unique-key",
+            metavar="KEY",
+            help="While an unfinished run holds KEY, enqueue nothing and show that run.",
+        )
         listing = _leaf(verbs, "list", "List runs, newest first.")
         listing.add_argument("--state", choices=RunState.values)
+        listing.add_argument("--origin", choices=Origin.values)
         listing.add_argument("--schedule", type=storable_text, metavar="NAME")
         listing.add_argument("--task", type=storable_text, metavar="TASK")
         listing.add_argument("--queue", type=storable_text, metavar="Q")

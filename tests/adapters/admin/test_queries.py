@@ -2,7 +2,9 @@
 
 Every request pays 2 queries for the session and the user. The run list then
 pays 3 for its filter choices (task names, queues, schedule names: all read
-from the small schedules table), 1 COUNT and 1 SELECT with the schedule joined.
+from the small schedules table; origins and priority bands are fixed), 1 COUNT
+and 1 SELECT with the schedule joined (an outer join: half the runs below are
+enqueued, without a schedule, and cost no query of their own).
 On PostgreSQL an unfiltered list first asks the planner for its row estimate
 (1 more query); below 100 000 rows it still counts exactly.
 """
@@ -14,6 +16,7 @@ from django.urls import reverse
 
 from distsched_app.admin.lists import LargeTablePaginator
 from distsched_app.models import Run
+from distsched_app.services import enqueue as enqueue_service
 from distsched_app.services import workers
 from tests.conftest import is_postgres
 
@@ -26,10 +29,15 @@ def estimate_probe() -> int:
     return 1 if is_postgres() else 0
 
 
-def make_runs(scheduler, make_schedule, n: int, schedules: int = 5) -> None:
+def make_runs(scheduler, make_schedule, n: int, schedules: int = 5, enqueued: bool = True) -> None:
+    """n runs: triggered runs of the schedules and (with ``enqueued``) as many enqueued runs without one."""
     names = [make_schedule(f"s{i}").name for i in range(schedules)]
     for i in range(n):
-        scheduler.trigger(names[i % schedules])
+        if enqueued and i % 2:
+            job = enqueue_service.Job(task_name="tests.noop", priority=i % 7, unique_key=f"key-{i}")
+            enqueue_service.enqueue(job, now=scheduler.now())
+        else:
+            scheduler.trigger(names[i % schedules])
 
 
 @pytest.mark.parametrize("n", [5, 50])
@@ -52,7 +60,12 @@ def test_filtered_and_searched_run_changelist_query_count(
         response = staff.get(
             reverse("admin:distsched_app_run_changelist"), {"state": "pending", "queue": "default", "q": "manual:"}
         )
-    assert len(response.context["cl"].result_list) == n
+    assert len(response.context["cl"].result_list) == (n + 1) // 2  # the triggered half
+    with django_assert_num_queries(SESSION + 5):
+        response = staff.get(
+            reverse("admin:distsched_app_run_changelist"), {"origin": "enqueued", "priority": "high", "q": "enqueued:"}
+        )
+    assert len(response.context["cl"].result_list) == len([i for i in range(1, n, 2) if i % 7])
 
 
 @pytest.mark.parametrize("n", [5, 50])
@@ -89,11 +102,12 @@ def test_worker_changelist_query_count(staff, clock, n, django_assert_num_querie
     assert len(response.context["cl"].result_list) == n
 
 
-def test_run_change_page_query_count(staff, scheduler, make_schedule, django_assert_num_queries):
-    make_runs(scheduler, make_schedule, 1)
-    url = reverse("admin:distsched_app_run_change", args=[Run.objects.get().pk])
+@pytest.mark.parametrize("origin", ["manual", "enqueued"])
+def test_run_change_page_query_count(staff, scheduler, make_schedule, django_assert_num_queries, origin):
+    make_runs(scheduler, make_schedule, 2)
+    url = reverse("admin:distsched_app_run_change", args=[Run.objects.get(origin=origin).pk])
     staff.get(url)  # warms the content-type cache used by the "history" link
-    # the run with its schedule, then its events for the inline
+    # the run with its schedule (if any), then its events for the inline; the retry policy needs nothing more
     with django_assert_num_queries(SESSION + 2):
         assert staff.get(url).status_code == 200
 

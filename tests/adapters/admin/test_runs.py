@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
 from distsched_app.admin import support as admin_support
+from distsched_app.admin.display import pretty_json
 from distsched_app.models import EventType, Run, RunEvent, RunState
+from distsched_app.services import enqueue as enqueue_service
 from tests.adapters.admin.pages import (
     EVENTS,
     RUNS,
@@ -134,12 +138,19 @@ def test_an_oversized_selection_is_refused(staff, scheduler, make_schedule, monk
     assert set(Run.objects.values_list("state", flat=True)) == {RunState.PENDING}
 
 
+def enqueue(clock, task_name: str, **options) -> Run:
+    return enqueue_service.enqueue(enqueue_service.Job(task_name=task_name, **options), now=clock.now()).run
+
+
 @pytest.fixture
 def assorted(scheduler, make_schedule, clock):
     dead = dead_run(scheduler, make_schedule, "dies")
     other = pending_run(scheduler, make_schedule, "other", task_name="tests.echo", queue="slow")
     manual = scheduler.trigger("other")
-    return {"dead": dead, "other": other, "manual": manual}
+    # Enqueued runs have no schedule: every filter and the search must take them in their stride.
+    enq = enqueue(clock, "tests.testapp.tasks.ft_add", args=[1, 2], queue="slow", priority=5, unique_key="nightly-1")
+    low = enqueue(clock, "tests.echo", priority=-3)
+    return {"dead": dead, "other": other, "manual": manual, "enq": enq, "low": low}
 
 
 def ids_listed(response) -> set[int]:
@@ -149,16 +160,32 @@ def ids_listed(response) -> set[int]:
 @pytest.mark.parametrize(
     ("params", "expected"),
     [
-        ({}, {"dead", "other", "manual"}),
+        ({}, {"dead", "other", "manual", "enq", "low"}),
         ({"state": "dead"}, {"dead"}),
-        ({"state": "pending"}, {"other", "manual"}),
+        ({"state": "pending"}, {"other", "manual", "enq", "low"}),
         ({"task_name": "tests.fail"}, {"dead"}),
-        ({"queue": "slow"}, {"other", "manual"}),
+        ({"task_name": "tests.testapp.tasks.ft_add"}, {"enq"}),
+        ({"queue": "slow"}, {"other", "manual", "enq"}),
         ({"schedule": "other"}, {"other", "manual"}),
         ({"schedule": "other", "origin": "manual"}, {"manual"}),
+        ({"schedule": "other", "origin": "enqueued"}, set()),
+        ({"origin": "enqueued"}, {"enq", "low"}),
+        ({"origin": "schedule"}, {"dead", "other"}),
+        ({"priority": "high"}, {"enq"}),
+        ({"priority": "normal"}, {"dead", "other", "manual"}),
+        ({"priority": "low"}, {"low"}),
+        ({"priority": "5"}, {"enq"}),
+        ({"priority": "-3"}, {"low"}),
+        ({"priority": "0", "origin": "manual"}, {"manual"}),
+        ({"priority": "7"}, set()),
+        ({"priority": "101"}, set()),
+        ({"priority": "abc"}, set()),
+        ({"priority": "--3"}, set()),
         ({"q": "disk full"}, {"dead"}),
         ({"q": "other:"}, {"other"}),
         ({"q": "manual:"}, {"manual"}),
+        ({"q": "enqueued:"}, {"enq", "low"}),
+        ({"q": "nightly-1"}, {"enq"}),  # a unique key, whole
         ({"schedule": "no-such-schedule"}, set()),
     ],
 )
@@ -184,3 +211,57 @@ def test_run_search_with_odd_ids_is_not_an_error(staff, assorted, term):
 def test_run_filter_sidebar_offers_names_from_small_tables(staff, assorted):
     body = staff.get(RUNS).content.decode()
     assert "?schedule=dies" in body and "?queue=slow" in body and "?task_name=tests.noop" in body
+    # Framework tasks under their module path, the queues they declare; origins and priority bands.
+    assert "?task_name=tests.testapp.tasks.ft_add" in body and "?queue=urgent" in body
+    assert "?origin=enqueued" in body
+    assert all(f"?priority={band}" in body for band in ("high", "normal", "low"))
+
+
+def test_enqueued_runs_in_the_list_show_priority_and_no_schedule(staff, assorted):
+    response = staff.get(RUNS, {"origin": "enqueued"})
+    body = response.content.decode()
+    assert "<span class='distsched-muted'>enqueued</span>" in body
+    assert 'class="column-priority' in body
+    rows = {r.pk: r for r in response.context["cl"].result_list}
+    assert rows[assorted["enq"].pk].priority == 5 and rows[assorted["enq"].pk].schedule is None
+    assert "/admin/distsched_app/schedule/" not in body.split('id="result_list"')[1].split("</table>")[0]
+
+
+def readonly(body: str, field: str) -> str:
+    """The shown value of a read-only field of a change page."""
+    match = re.search(rf'field-{field}".*?<div class="readonly">(.*?)</div>', body, re.DOTALL)
+    assert match, field
+    return match.group(1).strip()
+
+
+def test_enqueued_run_page_shows_priority_unique_key_retry_policy_and_result(staff, scheduler, clock):
+    run = enqueue(clock, "tests.echo", args=[4], priority=7, unique_key="report-2026-03")
+    body = staff.get(change_url(run)).content.decode()
+    assert readonly(body, "schedule_link") == "<span class='distsched-muted'>enqueued</span>"
+    assert (readonly(body, "priority"), readonly(body, "unique_key_text")) == ("7", "report-2026-03")
+    # Its own policy, written when it was enqueued (services.enqueue.default_policy: the settings).
+    assert readonly(body, "retry_policy_text") == "3 attempt(s); retry after 10s, doubling up to 3600s; jitter 0"
+    assert readonly(body, "result_json") == "-"
+    assert scheduler.worker(worker_id="w1", heartbeat_seconds=3600).run_once().state == RunState.SUCCEEDED
+    body = staff.get(change_url(run)).content.decode()
+    assert readonly(body, "result_json") == pretty_json({"args": [4], "kwargs": {}})
+
+
+def test_scheduled_run_page_names_the_schedule_as_the_source_of_its_retry_policy(staff, scheduler, make_schedule):
+    run = pending_run(scheduler, make_schedule, "p", max_attempts=4, retry_base_seconds=5)
+    body = staff.get(change_url(run)).content.decode()
+    assert readonly(body, "retry_policy_text") == (
+        "4 attempt(s); retry after 5s, doubling up to 3600s; jitter 0 (the schedule&#x27;s)"
+    )
+    assert (readonly(body, "priority"), readonly(body, "unique_key_text")) == ("0", "-")
+
+
+def test_a_retry_policy_written_by_hand_does_not_break_the_run_page(staff, clock):
+    run = enqueue(clock, "tests.noop")
+    Run.objects.filter(pk=run.pk).update(retry_policy={"attempts": "many"})
+    response = staff.get(change_url(run))
+    assert response.status_code == 200
+    assert (
+        readonly(response.content.decode(), "retry_policy_text")
+        == "unreadable: {&#x27;attempts&#x27;: &#x27;many&#x27;}"
+    )

@@ -29,6 +29,7 @@ ROLES = {
     "schedule_viewer": {"staff": True, "perms": ["view_schedule"]},
     "changer": {"staff": True, "perms": ["change_schedule", "change_run", "change_worker"]},
     "adder": {"staff": True, "perms": ["add_schedule"]},
+    "run_adder": {"perms": ["add_run"]},  # e.g. a service account that enqueues work
     "deleter": {"staff": True, "perms": ["delete_schedule"]},
     "metrics": {"perms": ["view_metrics"]},
     "superuser": {"superuser": True},
@@ -69,6 +70,9 @@ ENDPOINTS = {
     "schedules-resume": Endpoint("post", "/api/schedules/p1/resume", {"changer", "superuser"}, 200, writes=True),
     "schedules-trigger": Endpoint("post", "/api/schedules/s1/trigger", {"changer", "superuser"}, 201, writes=True),
     "runs-list": Endpoint("get", "/api/runs", READ_RUNS, 200),
+    "runs-create": Endpoint(
+        "post", "/api/runs", {"run_adder", "superuser"}, 201, body={"task_name": "tests.noop"}, writes=True
+    ),
     "runs-retrieve": Endpoint("get", "/api/runs/{run}", READ_RUNS, 200),
     "runs-events": Endpoint("get", "/api/runs/{run}/events", READ_RUNS, 200),
     "runs-cancel": Endpoint("post", "/api/runs/{run}/cancel", {"changer", "superuser"}, 200, writes=True),
@@ -164,6 +168,7 @@ def test_every_endpoint_of_the_api_is_in_the_matrix():
         },
         "RunViewSet": {
             ("get", "list"),
+            ("post", "create"),
             ("get", "retrieve"),
             ("get", "events"),
             ("post", "cancel"),

@@ -19,7 +19,7 @@ PATHS = {
     "/api/schedules/{name}/pause/": {"post"},
     "/api/schedules/{name}/resume/": {"post"},
     "/api/schedules/{name}/trigger/": {"post"},
-    "/api/runs/": {"get"},
+    "/api/runs/": {"get", "post"},
     "/api/runs/{id}/": {"get"},
     "/api/runs/{id}/events/": {"get"},
     "/api/runs/{id}/cancel/": {"post"},
@@ -39,7 +39,16 @@ def test_schema_is_valid_openapi_3_covering_every_endpoint(api, url):
     assert {path: set(ops) for path, ops in schema["paths"].items()} == PATHS
     assert set(schema["components"]["securitySchemes"]) == {"tokenAuth", "cookieAuth"}
     runs = schema["paths"]["/api/runs/"]["get"]
-    assert {p["name"] for p in runs["parameters"]} == {"cursor", "page_size", "state", "schedule", "task_name", "queue"}
+    assert {p["name"] for p in runs["parameters"]} == {
+        "cursor",
+        "page_size",
+        "state",
+        "schedule",
+        "task_name",
+        "queue",
+        "origin",
+        "priority",
+    }
     assert {"200", "401", "403", "404", "409"} == set(schema["paths"]["/api/runs/{id}/cancel/"]["post"]["responses"])
 
 

@@ -32,8 +32,11 @@ RUN_KEYS = {
     "last_error",
     "result",
     "queue",
+    "priority",
     "origin",
     "idempotency_key",
+    "unique_key",
+    "retry_policy",
     "cancel_requested",
     "fencing_token",
     "created_at",
@@ -196,6 +199,7 @@ def test_detail_of_a_running_run(api, api_clock, scheduler, make_schedule):
     assert body["fencing_token"] == f"{run.pk}:1"
     assert body["idempotency_key"] == f"s1:{T0.isoformat()}"
     assert body["origin"] == "schedule" and body["cancel_requested"] is False
+    assert (body["priority"], body["unique_key"], body["retry_policy"]) == (0, "", None)  # the schedule's policy
 
 
 def test_detail_of_a_finished_run_has_result_and_error(api, api_clock, scheduler, make_schedule):

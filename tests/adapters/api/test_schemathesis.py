@@ -30,17 +30,19 @@ from distsched_app.services import claiming
 
 pytestmark = pytest.mark.django_db
 
-# Schema-valid bodies of these two operations can still break domain rules
+# Schema-valid bodies of these operations can still break domain rules
 # that JSON Schema cannot express: "exactly one of interval_seconds / cron /
 # run_at", run_at later than the server's clock, a cron expression that
 # parses, a registered task name, an IANA zone, retry_max_seconds >=
-# retry_base_seconds, a unique name. The API answers those with a documented
-# 400 and field messages, which is right, so "valid data must be accepted"
-# cannot hold for them. Every other check still runs on them, and this check
-# runs on every other operation.
+# retry_base_seconds, a unique name; for an enqueued run, the task name again,
+# run_after from 1970, args/kwargs within MAX_PAYLOAD_BYTES and MAX_PAYLOAD_DEPTH.
+# The API answers those with a documented 400 and field messages, which is
+# right, so "valid data must be accepted" cannot hold for them. Every other
+# check still runs on them, and this check runs on every other operation.
 EXCLUDED = {
     ("POST", "/api/schedules/"): [positive_data_acceptance],
     ("PATCH", "/api/schedules/{name}/"): [positive_data_acceptance],
+    ("POST", "/api/runs/"): [positive_data_acceptance],
 }
 
 
@@ -76,6 +78,7 @@ OPERATIONS = [
     ("POST", "/api/schedules/{name}/resume/"),
     ("POST", "/api/schedules/{name}/trigger/"),
     ("GET", "/api/runs/"),
+    ("POST", "/api/runs/"),
     ("GET", "/api/runs/{id}/"),
     ("GET", "/api/runs/{id}/events/"),
     ("POST", "/api/runs/{id}/cancel/"),

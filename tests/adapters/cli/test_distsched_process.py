@@ -43,6 +43,17 @@ FAILURES = [
         "CommandError: no task registered as 'tests.missing'",
     ),
     (["distsched", "run", "requeue", "RUN"], 1, "CommandError: run RUN is pending; only dead or cancelled"),
+    (
+        ["distsched", "run", "enqueue", "tests.noop", "--priority", "x"],
+        2,
+        "manage.py distsched run enqueue: error: argument --priority: 'x' is not a whole number",
+    ),
+    (["distsched", "run", "enqueue", "tests.missing"], 1, "CommandError: no task registered as 'tests.missing'"),
+    (
+        ["distsched", "run", "enqueue", "tests.noop", "--priority", "500"],
+        1,
+        "CommandError: priority must be between -100 and 100",
+    ),
 ]
 
 

@@ -219,7 +219,12 @@ def test_runs_by_state_and_queue_and_totals(client, world):
     }
     for queue in ("default", "q2"):
         for state in RunState.values:
-            assert sample(values, "distsched_runs", state=state, queue=queue) == expected.get((state, queue), 0)
+            # Every run of the world is manual: the other origins are zero, not missing.
+            assert sample(values, "distsched_runs", state=state, queue=queue, origin="manual") == expected.get(
+                (state, queue), 0
+            )
+            assert sample(values, "distsched_runs", state=state, queue=queue, origin="schedule") == 0
+            assert sample(values, "distsched_runs", state=state, queue=queue, origin="enqueued") == 0
     assert types["distsched_runs_succeeded"] == types["distsched_runs_dead"] == "counter"
     assert sample(values, "distsched_runs_succeeded_total", queue="default") == 3
     assert sample(values, "distsched_runs_succeeded_total", queue="q2") == 0
@@ -243,6 +248,86 @@ def test_runs_by_state_and_queue_and_totals(client, world):
     }
     assert sample(values, "distsched_oldest_waiting_run_age_seconds", queue="default") == 90
     assert sample(values, "distsched_oldest_waiting_run_age_seconds", queue="q2") == 30
+
+
+def runs_samples(values: dict) -> dict[tuple[str, str, str], float]:
+    """``distsched_runs`` as (state, queue, origin) -> value."""
+    return {
+        (dict(labels)["state"], dict(labels)["queue"], dict(labels)["origin"]): v
+        for (name, labels), v in values.items()
+        if name == "distsched_runs"
+    }
+
+
+@pytest.fixture
+def mixed_origins(scheduler, make_schedule, clock, public):
+    """Runs of every origin: ticked and triggered runs of two schedules, enqueued runs, some finished."""
+    from distsched_app.services import enqueue as enqueue_service
+
+    make_schedule("s", queue="default")
+    make_schedule("t", queue="q2")
+    ticked = scheduler.tick()
+    scheduler.trigger("s")
+    scheduler.cancel_run(scheduler.trigger("t").pk)
+    for job in (
+        enqueue_service.Job(task_name="tests.noop"),
+        enqueue_service.Job(task_name="tests.noop", queue="q2", priority=5),
+        enqueue_service.Job(task_name="tests.noop", queue="q3"),
+    ):
+        enqueue_service.enqueue(job, now=clock.now())
+    worker = scheduler.worker(worker_id="w1", queues=["default"], heartbeat_seconds=3600)
+    while worker.run_once() is not None:  # the default queue's runs of every origin succeed
+        pass
+    return ticked
+
+
+def test_runs_by_origin_add_up_to_the_totals_by_state_and_queue(client, mixed_origins):
+    _, values = parse(client.get("/metrics"))
+    by_origin = runs_samples(values)
+    assert {k: v for k, v in by_origin.items() if v} == {
+        ("succeeded", "default", "schedule"): 1,
+        ("succeeded", "default", "manual"): 1,
+        ("succeeded", "default", "enqueued"): 1,
+        ("pending", "q2", "schedule"): 1,
+        ("cancelled", "q2", "manual"): 1,
+        ("pending", "q2", "enqueued"): 1,
+        ("pending", "q3", "enqueued"): 1,
+    }
+    # Every (state, queue, origin) is a series, zeros included; summed over origins they are the
+    # old (state, queue) figures, which are the rows of the table.
+    queues = {"default", "q2", "q3"}
+    assert set(by_origin) == {(s, q, o) for s in RunState.values for q in queues for o in Origin.values}
+    for queue in queues:
+        for state in RunState.values:
+            total = sum(by_origin[(state, queue, origin)] for origin in Origin.values)
+            assert total == Run.objects.filter(state=state, queue=queue).count(), (state, queue)
+    assert sum(by_origin.values()) == Run.objects.count() == 7
+    assert sample(values, "distsched_runs_succeeded_total", queue="default") == 3  # over every origin
+
+
+def test_every_surface_shows_the_same_run_totals(client, mixed_origins, admin_client):
+    """/metrics, /api/stats, `distsched stats` and the admin dashboard: one set of figures."""
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.urls import reverse
+
+    _, values = parse(client.get("/metrics"))
+    from_metrics = dict.fromkeys(RunState.values, 0)
+    for (state, _, _), v in runs_samples(values).items():
+        from_metrics[state] += int(v)
+    from_table = {state: Run.objects.filter(state=state).count() for state in RunState.values}
+    assert from_metrics == from_table
+    out = StringIO()
+    call_command("distsched", "stats", "--json", stdout=out)
+    assert json.loads(out.getvalue())["runs_by_state"] == from_table
+    from distsched_app.services.stats import stats
+
+    assert stats(now=T0).runs_by_state == from_table
+    dashboard = admin_client.get(reverse("admin:distsched_dashboard"))
+    assert {s["state"]: s["count"] for s in dashboard.context["states"]} == from_table
+    assert dashboard.context["runs_total"] == 7
 
 
 def test_timing_histograms_over_the_last_hour(client, world):
@@ -289,7 +374,7 @@ def test_workers_and_schedules(client, world):
 
 def test_an_empty_database_scrapes_zeros(client, public):
     _, values = parse(client.get("/metrics"))
-    assert sample(values, "distsched_runs", state="pending", queue="default") == 0
+    assert sample(values, "distsched_runs", state="pending", queue="default", origin="enqueued") == 0
     assert sample(values, "distsched_schedules_overdue") == 0
     assert sample(values, "distsched_schedule_max_overdue_seconds") == 0
     assert sample(values, "distsched_workers", state="alive") == 0

@@ -1,0 +1,67 @@
+"""What the surfaces need from ``services.enqueue``: who enqueued (the event's message), and an
+enqueued run's own retry policy under the names callers give it."""
+
+from __future__ import annotations
+
+import pytest
+
+from distsched_app.backoff import RetryPolicy
+from distsched_app.models import EventType, Run, RunEvent
+from distsched_app.services import enqueue
+from distsched_app.services.events import MAX_MESSAGE_CHARS
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_created_event_says_who_enqueued(clock):
+    done = enqueue.enqueue(enqueue.Job(task_name="tests.noop"), now=clock.now(), message="enqueued by ann via the API")
+    [event] = RunEvent.objects.all()
+    assert (event.run_id, event.event_type, event.message) == (
+        done.run.pk,
+        EventType.CREATED,
+        "enqueued by ann via the API",
+    )
+
+
+def test_the_default_message_is_unchanged(clock):
+    enqueue.enqueue(enqueue.Job(task_name="tests.noop"), now=clock.now())
+    assert RunEvent.objects.get().message == enqueue.ENQUEUED_MESSAGE == "enqueued"
+
+
+def test_the_message_is_made_storable_and_bounded(clock):
+    enqueue.enqueue(enqueue.Job(task_name="tests.noop"), now=clock.now(), message="by \x00 " + "x" * 5000)
+    message = RunEvent.objects.get().message
+    assert "\x00" not in message and message.startswith("by \\x00 ") and len(message) <= MAX_MESSAGE_CHARS
+
+
+def test_a_unique_key_held_writes_no_second_event_whatever_the_message(clock):
+    job = enqueue.Job(task_name="tests.noop", unique_key="k")
+    first = enqueue.enqueue(job, now=clock.now(), message="first")
+    again = enqueue.enqueue(job, now=clock.now(), message="second")
+    assert (again.created, again.run.pk) == (False, first.run.pk)
+    assert list(RunEvent.objects.values_list("message", flat=True)) == ["first"]
+
+
+def test_policy_fields_are_what_validate_policy_takes():
+    fields = {"max_attempts": 5, "retry_base_seconds": 2.5, "retry_max_seconds": 60.0, "retry_jitter": 0.25}
+    policy = enqueue.validate_policy(fields)
+    assert enqueue.policy_fields(policy) == fields
+    assert tuple(fields) == enqueue.POLICY_FIELDS
+    assert enqueue.validate_policy({}) == enqueue.default_policy()  # nothing given: the settings
+
+
+def test_own_policy_of_an_enqueued_run_and_of_a_scheduled_one(clock, scheduler, make_schedule):
+    policy = RetryPolicy(max_attempts=4, base=3.0, cap=30.0, jitter=0.5)
+    run = enqueue.enqueue(enqueue.Job(task_name="tests.noop"), now=clock.now(), policy=policy).run
+    assert enqueue.own_policy(run) == policy
+    assert enqueue.own_policy(Run.objects.get(pk=run.pk)) == policy  # read back from the row
+    make_schedule("s1")
+    [scheduled] = scheduler.tick()
+    assert enqueue.own_policy(scheduled) is None  # it follows its schedule's
+
+
+@pytest.mark.parametrize("stored", [{"attempts": 3}, {"base": 1, "cap": 2}, ["not", "an", "object"], {"attempts": "x"}])
+def test_own_policy_of_a_policy_written_by_hand_is_none_not_an_error(clock, stored):
+    run = enqueue.enqueue(enqueue.Job(task_name="tests.noop"), now=clock.now()).run
+    Run.objects.filter(pk=run.pk).update(retry_policy=stored)
+    assert enqueue.own_policy(Run.objects.get(pk=run.pk)) is None
