@@ -55,9 +55,15 @@ def make_schedule(scheduler: Scheduler):
 def pytest_collection_modifyitems(config, items):
     postgres = connection.settings_dict["ENGINE"].endswith("postgresql")
     skip = pytest.mark.skip(reason="PostgreSQL-only test; DATABASE_URL points at SQLite")
+    import os
+
+    pooled = bool(os.environ.get("DISTSCHED_REQUIRE_PGBOUNCER"))
+    skip_pooled = pytest.mark.skip(reason="PgBouncer-only test; run by CI's PgBouncer leg")
     for item in items:
         if "postgres" in item.keywords and not postgres:
             item.add_marker(skip)
+        elif "pgbouncer" in item.keywords and not pooled:
+            item.add_marker(skip_pooled)
 
 
 def pytest_sessionstart(session):

@@ -10,7 +10,7 @@ processes.
 import os
 
 from scheduler_project.settings import *  # noqa: F403
-from scheduler_project.settings import ALLOWED_HOSTS, INSTALLED_APPS
+from scheduler_project.settings import ALLOWED_HOSTS, DATABASES, INSTALLED_APPS
 
 SECRET_KEY = "tests-only-secret-key-not-for-any-deployment-0123456789abcdefghij"
 SECURE_SSL_REDIRECT = False
@@ -23,7 +23,7 @@ DISTSCHED = {}
 if os.environ.get("DISTSCHED_TEST_LISTEN_DATABASE_URL"):
     DISTSCHED["LISTEN_DATABASE_URL"] = os.environ["DISTSCHED_TEST_LISTEN_DATABASE_URL"]
 if os.environ.get("DISTSCHED_REQUIRE_PGBOUNCER"):
-    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True  # noqa: F405 - Django's advice behind PgBouncer
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True  # Django's advice behind PgBouncer
 # Ours next to the framework's reference backend, for the conformance tests (any queue name).
 # "default" does not retry, like the reference; "retrying" does, quickly.
 TASKS = {

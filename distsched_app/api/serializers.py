@@ -346,8 +346,10 @@ class QueueField(StrictCharField):
 class RunEnqueueSerializer(serializers.Serializer):
     """``POST /api/runs``: one run of a registered task, without a schedule (origin ``enqueued``).
 
-    The retry options are each optional; left out, ``DISTSCHED``'s defaults apply
-    (``MAX_ATTEMPTS``, ``RETRY_BASE_SECONDS``, ``RETRY_MAX_SECONDS``, no jitter).
+    Whatever is left out comes from the task's declaration: a framework task's
+    ``queue_name``, ``priority`` and its backend's ``OPTIONS``; otherwise queue
+    ``default``, priority 0 and ``DISTSCHED``'s retry defaults. Each retry option
+    given overrides that one field.
     """
 
     task_name = StrictCharField(
@@ -362,9 +364,13 @@ class RunEnqueueSerializer(serializers.Serializer):
         min_value=MIN_PRIORITY,
         max_value=MAX_PRIORITY,
         required=False,
-        help_text="Workers claim higher priorities first (default 0).",
+        help_text="Workers claim higher priorities first (default: the task's declared priority, else 0).",
     )
-    queue = QueueField(max_length=100, required=False, help_text="Queue the run goes to (default `default`).")
+    queue = QueueField(
+        max_length=100,
+        required=False,
+        help_text="Queue the run goes to (default: the task's declared queue, else `default`).",
+    )
     unique_key = StrictCharField(
         max_length=enqueue_service.UNIQUE_KEY_MAX,
         required=False,

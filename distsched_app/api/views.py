@@ -268,13 +268,10 @@ class RunViewSet(ApiView, viewsets.GenericViewSet):
     def create(self, request: Request) -> Response:
         serializer = RunEnqueueSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        data = dict(serializer.validated_data)
-        policy = enqueue_service.validate_policy(
-            {name: data.pop(name) for name in enqueue_service.POLICY_FIELDS if name in data}
-        )
-        job = enqueue_service.Job(**{k: v for k, v in data.items() if v is not None})
-        enqueued = enqueue_service.enqueue(
-            job, now=self.now(), policy=policy, message=f"enqueued by {actor(request)} via the API"
+        data = {k: v for k, v in serializer.validated_data.items() if v is not None}
+        retry = {name: data.pop(name) for name in enqueue_service.POLICY_FIELDS if name in data}
+        enqueued = enqueue_service.enqueue_declared(
+            **data, retry=retry, now=self.now(), message=f"enqueued by {actor(request)} via the API"
         )
         return Response(
             EnqueuedRunSerializer(enqueued.run, context={"created": enqueued.created}).data,

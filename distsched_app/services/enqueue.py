@@ -21,6 +21,7 @@ from ..conf import RANGES, conf
 from ..db import runs as db_runs
 from ..errors import ValidationError
 from ..models import ACTIVE_STATES, MAX_PRIORITY, MIN_PRIORITY, Origin, Run, RunState
+from ..registry import registry
 from ..text import storable
 from .events import MAX_MESSAGE_CHARS
 from .validation import (
@@ -47,12 +48,13 @@ def default_policy() -> RetryPolicy:
     return RetryPolicy(max_attempts=conf.MAX_ATTEMPTS, base=conf.RETRY_BASE_SECONDS, cap=conf.RETRY_MAX_SECONDS)
 
 
-def validate_policy(data: dict[str, Any]) -> RetryPolicy:
-    """``{"max_attempts", "retry_base_seconds", "retry_max_seconds", "retry_jitter"}`` (each optional)."""
+def validate_policy(data: dict[str, Any], *, base: RetryPolicy | None = None) -> RetryPolicy:
+    """``{"max_attempts", "retry_base_seconds", "retry_max_seconds", "retry_jitter"}`` (each optional;
+    what is left out is ``base``'s, by default the DISTSCHED defaults)."""
     unknown = set(data) - set(POLICY_FIELDS)
     if unknown:
         raise ValidationError(f"unknown retry option(s): {', '.join(sorted(unknown))}", field="retry")
-    base_default = default_policy()
+    base_default = base or default_policy()
     policy = RetryPolicy(
         max_attempts=bounded_int(
             data.get("max_attempts", base_default.max_attempts), field="max_attempts", low=1, high=MAX_ATTEMPTS_LIMIT
@@ -69,7 +71,7 @@ def validate_policy(data: dict[str, Any]) -> RetryPolicy:
             low=0,
             high=RANGES["RETRY_MAX_SECONDS"][2],
         ),
-        jitter=bounded_float(data.get("retry_jitter", 0.0), field="retry_jitter", low=0, high=1),
+        jitter=bounded_float(data.get("retry_jitter", base_default.jitter), field="retry_jitter", low=0, high=1),
     )
     if policy.cap < policy.base:
         raise ValidationError("retry_max_seconds must be at least retry_base_seconds", field="retry_max_seconds")
@@ -181,6 +183,66 @@ def enqueue(job: Job, *, now: datetime, policy: RetryPolicy | None = None, messa
         if existing is not None:
             return Enqueued(run_id=existing.pk, new=None, now=now, existing=existing)
     raise ValidationError(f"unique_key {new.unique_key!r} is taken and released over and over", field="unique_key")
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a task's declaration says about its runs: a framework task's ``@task(queue_name=...,
+    priority=...)``, its backend's ``OPTIONS`` (retry policy) and ``QUEUES``; for a plain
+    registered task, the defaults."""
+
+    queue: str = "default"
+    priority: int = 0
+    policy: RetryPolicy | None = None  # None: the DISTSCHED defaults
+    queues: frozenset[str] = frozenset()  # the queues its backend accepts; empty: any
+
+
+def declared(task_name: str) -> Declared:
+    entry = registry.find(task_name)
+    task = entry.framework_task if entry is not None else None
+    if task is None:
+        return Declared()
+    try:
+        backend = task.get_backend()
+    except Exception:  # noqa: BLE001 - an alias no longer in TASKS: the task's own declaration still holds
+        backend = None
+    policy = getattr(backend, "policy", None)
+    return Declared(
+        queue=task.queue_name,
+        priority=task.priority,
+        policy=policy if isinstance(policy, RetryPolicy) else None,
+        queues=frozenset(getattr(backend, "queues", None) or ()),
+    )
+
+
+def enqueue_declared(
+    *,
+    task_name: str,
+    now: datetime,
+    message: str,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    run_after: datetime | None = None,
+    unique_key: str = "",
+    retry: dict[str, Any] | None = None,
+) -> Enqueued:
+    """An operator's enqueue (``POST /api/runs``, ``distsched run enqueue``): what the request leaves
+    out comes from the task's declaration, so a framework task posted by hand lands where its own
+    ``enqueue()`` would put it, with its backend's retry policy; ``retry`` overrides single fields."""
+    validate_task_name(task_name)
+    d = declared(task_name)
+    queue = d.queue if queue is None else queue
+    if d.queues and queue not in d.queues:
+        raise ValidationError(
+            f"queue {queue!r} is not one of its backend's QUEUES ({', '.join(sorted(d.queues))})", field="queue"
+        )
+    job = Job(
+        task_name=task_name, args=args, kwargs=kwargs or {}, queue=queue,
+        priority=d.priority if priority is None else priority, run_after=run_after, unique_key=unique_key,
+    )  # fmt: skip
+    return enqueue(job, now=now, policy=validate_policy(retry or {}, base=d.policy), message=message)
 
 
 def enqueue_many(jobs: Sequence[Job], *, now: datetime, policy: RetryPolicy | None = None) -> list[Run]:

@@ -9,6 +9,7 @@ everything without a single process dying.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import signal
 import time
@@ -110,9 +111,12 @@ def test_workers_survive_repeated_backend_terminations(scheduler, clock, tmp_pat
     assert Run.objects.filter(schedule__name__startswith="o", state=RunState.SUCCEEDED).count() == 150
     assert Worker.objects.filter(status="stopped").count() == 3
     worker_logs = "".join(text[f"w{i}"] for i in range(3))
-    assert (
-        "database error" in worker_logs or "database unavailable" in worker_logs or "heartbeat failed" in worker_logs
-    ), "no worker noticed the outage"
+    noticed = ["database error", "database unavailable", "heartbeat failed"]
+    if os.environ.get("DISTSCHED_REQUIRE_PGBOUNCER"):
+        # PgBouncer replaces a killed server connection between transactions, so the workers' own
+        # connections may never see the outage; their listeners connect directly and do.
+        noticed.append("lost the wake-up connection")
+    assert any(line in worker_logs for line in noticed), "no worker noticed the outage"
     print(
         f"\n[postgresql] {killed} backends terminated in {rounds} rounds; 150 runs succeeded; "
         f"{RunEvent.objects.filter(event_type=EventType.LEASE_EXPIRED).count()} lease(s) expired"

@@ -25,6 +25,7 @@ def test_every_setting_is_documented_and_every_documented_setting_exists():
 
 TASKS_KEYS = {"BACKEND", "QUEUES", "OPTIONS"}
 PEERS_COMMANDS = {"db_worker"}
+DJANGO_DATABASE_KEYS = {"DISABLE_SERVER_SIDE_CURSORS"}
 
 
 def test_settings_named_anywhere_exist():
@@ -32,7 +33,7 @@ def test_settings_named_anywhere_exist():
         for key in re.findall(r'DISTSCHED\[\s*"([A-Z_]+)"\s*\]', text) + re.findall(r'"([A-Z_]{6,})":', text):
             if key.startswith(("DISTSCHED", "DATABASE", "REST", "DEFAULT", "SWAGGER")):
                 continue
-            if key in TASKS_KEYS or key in OPTION_NAMES:  # Django's TASKS setting and our backend's OPTIONS
+            if key in TASKS_KEYS or key in OPTION_NAMES or key in DJANGO_DATABASE_KEYS:  # Django's, our backend's
                 continue
             assert key in DEFAULTS, f"{name} mentions unknown setting {key}"
 
@@ -99,6 +100,8 @@ def test_metric_names_in_docs_are_served(client, settings):
                     "distsched_run_finished",
                     "distsched_dashboard",
                     "distsched_run_idem",
+                    "distsched_wakeup",  # the NOTIFY channel
+                    "distsched_listen",  # the listener's application_name
                 )
             ):
                 continue  # app labels, databases, index and URL names

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from distsched_app.backoff import RetryPolicy
+from distsched_app.errors import ValidationError
 from distsched_app.models import EventType, Run, RunEvent
 from distsched_app.services import enqueue
 from distsched_app.services.events import MAX_MESSAGE_CHARS
@@ -65,3 +66,45 @@ def test_own_policy_of_a_policy_written_by_hand_is_none_not_an_error(clock, stor
     run = enqueue.enqueue(enqueue.Job(task_name="tests.noop"), now=clock.now()).run
     Run.objects.filter(pk=run.pk).update(retry_policy=stored)
     assert enqueue.own_policy(Run.objects.get(pk=run.pk)) is None
+
+
+# ------------------------------------------------------------ an operator's enqueue: the declaration's defaults
+
+
+def test_a_framework_task_enqueued_by_hand_follows_its_declaration(clock):
+    done = enqueue.enqueue_declared(task_name="tests.testapp.tasks.ft_mail", now=clock.now(), message="by hand")
+    run = Run.objects.get(pk=done.pk)
+    assert (run.queue, run.priority) == ("mail", -3)  # @task(queue_name="mail", priority=-3)
+    assert RetryPolicy.from_json(run.retry_policy) == RetryPolicy(max_attempts=3, base=1, cap=60)  # its OPTIONS
+
+
+def test_what_the_request_gives_overrides_the_declaration_field_by_field(clock):
+    done = enqueue.enqueue_declared(
+        task_name="tests.testapp.tasks.ft_mail", now=clock.now(), message="by hand",
+        queue="bulk", priority=7, retry={"max_attempts": 9},
+    )  # fmt: skip
+    run = Run.objects.get(pk=done.pk)
+    assert (run.queue, run.priority) == ("bulk", 7)
+    assert RetryPolicy.from_json(run.retry_policy) == RetryPolicy(max_attempts=9, base=1, cap=60)
+
+
+def test_a_plain_task_gets_the_distsched_defaults(clock, settings):
+    settings.DISTSCHED = {"MAX_ATTEMPTS": 4, "RETRY_BASE_SECONDS": 2, "RETRY_MAX_SECONDS": 20}
+    done = enqueue.enqueue_declared(task_name="tests.noop", now=clock.now(), message="by hand")
+    run = Run.objects.get(pk=done.pk)
+    assert (run.queue, run.priority) == ("default", 0)
+    assert RetryPolicy.from_json(run.retry_policy) == RetryPolicy(max_attempts=4, base=2, cap=20)
+
+
+def test_a_queue_outside_the_backends_queues_is_refused_and_writes_nothing(clock, settings):
+    settings.TASKS = {**settings.TASKS, "default": {**settings.TASKS["default"], "QUEUES": ["default", "urgent"]}}
+    with pytest.raises(ValidationError) as refused:
+        enqueue.enqueue_declared(
+            task_name="tests.testapp.tasks.ft_add", now=clock.now(), message="by hand", queue="elsewhere"
+        )
+    assert refused.value.field == "queue" and "default, urgent" in str(refused.value)
+    assert not Run.objects.exists() and not RunEvent.objects.exists()
+    done = enqueue.enqueue_declared(
+        task_name="tests.testapp.tasks.ft_add", now=clock.now(), message="ok", queue="urgent"
+    )
+    assert Run.objects.get(pk=done.pk).queue == "urgent"

@@ -173,3 +173,9 @@ def ft_record(context, sleep: float = 0.0) -> int:
 @framework_task(priority=5, queue_name="urgent")
 def ft_urgent() -> str:
     return "urgent"
+
+
+@framework_task(backend="retrying", queue_name="mail", priority=-3)
+def ft_mail(to: str = "") -> str:
+    """Declared on the retrying backend: a hand-made enqueue follows its queue, priority and OPTIONS."""
+    return to

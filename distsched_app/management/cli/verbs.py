@@ -132,8 +132,10 @@ RUN_COLUMNS = (
 def run_enqueue(now: datetime, o: dict[str, Any]) -> Output:
     options = {"args": o["task_args"], "kwargs": o["task_kwargs"], "run_after": o["run_after"]}
     options |= {"priority": o["priority"], "queue": o["queue"], "unique_key": o["unique_key"]}
-    job = enqueue.Job(task_name=o["task"], **{k: v for k, v in options.items() if v is not None})
-    done = enqueue.enqueue(job, now=now, message="enqueued from the command line")  # DISTSCHED's retry defaults
+    done = enqueue.enqueue_declared(
+        task_name=o["task"], now=now, message="enqueued from the command line",
+        **{k: v for k, v in options.items() if v is not None},
+    )  # fmt: skip
     r = done.run
     document = {**records.run_record(r), "created": done.created}
     if not done.created:

@@ -105,9 +105,14 @@ class Command(DistschedCommand):
         )
         enqueue.add_argument("--run-after", metavar="ISO", help="Not before this ISO 8601 time (with offset).")
         enqueue.add_argument(
-            "--priority", type=whole_number, metavar="N", help="-100..100, higher claimed first (default 0)."
+            "--priority",
+            type=whole_number,
+            metavar="N",
+            help="-100..100, higher claimed first (default: the task's declared priority, else 0).",
         )
-        enqueue.add_argument("--queue", metavar="Q", help="Queue the run goes to (default: default).")
+        enqueue.add_argument(
+            "--queue", metavar="Q", help="Queue the run goes to (default: the task's declared queue, else default)."
+        )
         enqueue.add_argument(
             "--unique-key",
             metavar="KEY",

@@ -323,3 +323,8 @@ def test_the_schema_documents_the_post_and_the_nullable_schedule(api, operator):
     params = {p["name"]: p for p in schema["paths"]["/api/runs/"]["get"]["parameters"]}
     assert params["origin"]["schema"]["enum"] == ["enqueued", "manual", "schedule"]
     assert params["priority"]["schema"] == {"type": "integer", "minimum": -100, "maximum": 100}
+
+
+def test_a_framework_task_posted_without_queue_lands_on_its_declared_queue(api):
+    body = api.post("/api/runs", {"task_name": "tests.testapp.tasks.ft_urgent"}).json()
+    assert (body["queue"], body["priority"]) == ("urgent", 5)  # @task(priority=5, queue_name="urgent")

@@ -242,3 +242,9 @@ def test_the_clock_is_read_once(cli, clock):
     doc = json.loads(cli("run", "enqueue", "tests.noop", "--json"))
     assert doc["created_at"] == doc["scheduled_for"] == "2026-03-02T09:03:00Z"
     assert Run.objects.get().created_at == T0 + timedelta(minutes=3)
+
+
+def test_a_framework_task_without_queue_goes_to_its_declared_queue(cli):
+    cli("run", "enqueue", "tests.testapp.tasks.ft_mail")
+    run = Run.objects.get()
+    assert (run.queue, run.priority, run.max_attempts) == ("mail", -3, 3)  # its @task and its backend's OPTIONS
