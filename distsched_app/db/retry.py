@@ -2,9 +2,12 @@
 
 A transient error is one the database will probably not make again in a
 moment: the connection was lost or refused, SQLite said "database is locked",
-the disk was full (``OperationalError``, ``InterfaceError``). The connection is
-closed (Django reconnects on the next query) and the call is retried after a
-growing wait. Anything else is the caller's business. Used by the worker
+the disk was full (``OperationalError``, ``InterfaceError``), or the driver
+itself found the connection out of step with the server (psycopg's errors
+without a SQLSTATE, such as ``received 2 results from command 'COMMIT'`` when
+PgBouncer loses a server connection mid-transaction; Django re-raises it as
+``InternalError``). The connection is closed (Django reconnects on the next
+query) and the call is retried after a growing wait. Anything else is the caller's business. Used by the worker
 (claims, outcomes, registration), the tick loop and the commands, so every
 loop backs off the same way.
 """
@@ -23,8 +26,16 @@ T = TypeVar("T")
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
 
 
+def _raised_by_the_driver(exc: BaseException) -> bool:
+    """A psycopg error that no server sent (no SQLSTATE): the connection itself is in doubt."""
+    cause = exc.__cause__
+    if cause is None or type(cause).__module__.split(".")[0] != "psycopg":
+        return False
+    return getattr(cause, "sqlstate", "") is None
+
+
 def is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, TRANSIENT_ERRORS)
+    return isinstance(exc, TRANSIENT_ERRORS) or (isinstance(exc, DatabaseError) and _raised_by_the_driver(exc))
 
 
 @dataclass
@@ -77,7 +88,9 @@ def retry_transient(
     while True:
         try:
             return fn()
-        except TRANSIENT_ERRORS as exc:
+        except DatabaseError as exc:
+            if not is_transient(exc):
+                raise
             tries += 1
             reset_connection()
             if give_up(tries, time.monotonic() - start):

@@ -129,3 +129,27 @@ def test_tick_loop_backs_off_on_transient_database_errors_and_keeps_ticking(monk
     assert len(calls) == 4  # two failures, then it ticked on until told to stop
     warnings = [r for r in caplog.records if r.getMessage() == "database error in tick loop; backing off"]
     assert len(warnings) == 2
+
+
+@pytest.mark.usefixtures("restore_signal_handlers")
+def test_tick_loop_survives_an_unexpected_error_logs_it_and_keeps_ticking(monkeypatch, caplog):
+    from distsched_app.management.commands import tick as tick_command
+
+    calls = []
+
+    def broken_once(*, now):
+        calls.append(now)
+        if len(calls) == 1:
+            raise RuntimeError("a bug in one tick")
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return []
+
+    monkeypatch.setattr(tick_command, "tick", broken_once)
+    with caplog.at_level(logging.WARNING, logger="distsched"):
+        call_command("tick", "--loop", "--interval", "0.01")
+    assert len(calls) == 3  # the failed tick, then two more until told to stop
+    errors = [r for r in caplog.records if r.getMessage() == "tick failed; backing off"]
+    assert len(errors) == 1
+    assert errors[0].levelno == logging.ERROR
+    assert errors[0].exc_info is not None
