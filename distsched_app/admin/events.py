@@ -15,7 +15,7 @@ from django.utils.html import format_html
 from ..models import Run, RunEvent
 from .display import change_url, timestamp_field
 from .lists import LargeTablePaginator, parse_id
-from .mixins import DistschedMedia
+from .mixins import DistschedMedia, StorableLookupsMixin
 
 
 class RunEventInline(admin.TabularInline):
@@ -42,7 +42,7 @@ class RunEventInline(admin.TabularInline):
 
 
 @admin.register(RunEvent)
-class RunEventAdmin(DistschedMedia, admin.ModelAdmin):
+class RunEventAdmin(DistschedMedia, StorableLookupsMixin, admin.ModelAdmin):
     list_display = ("id", "at", "run_link", "event_type", "attempt", "worker_id", "short_message")
     sortable_by = ("id",)
     list_filter = ("event_type",)

@@ -1,4 +1,5 @@
-"""What the distsched ModelAdmins inherit: the admin stylesheet and POST-only buttons on change pages.
+"""What the distsched ModelAdmins inherit: the admin stylesheet, changelists that refuse
+unstorable query text, and POST-only buttons on change pages.
 
 A button is a URL under the object's change page (``<id>/pause/``): POST only, it asks
 ``check_object_action`` (the permission), calls ``<name>_object`` (one service call
@@ -10,10 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.admin import ModelAdmin
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import unquote
 from django.http import Http404, HttpRequest, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path
 
+from ..text import unstorable
 from .display import change_url
 
 
@@ -26,6 +29,18 @@ class DistschedMedia:
 
 # The mixin is only ever mixed into a ModelAdmin: type-check it as one.
 _ModelAdminBase: Any = ModelAdmin if TYPE_CHECKING else object
+
+
+class StorableLookupsMixin(_ModelAdminBase):
+    """A changelist whose search or filter parameters hold text no database column can hold
+    (NUL: PostgreSQL refuses it as a query parameter) gets Django's "invalid lookup" page,
+    as any other bad filter does, instead of a database error."""
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        for key, values in request.GET.lists():
+            if any(unstorable(text) for text in (key, *values)):
+                raise IncorrectLookupParameters(f"unstorable text in the {key!r} parameter")
+        return super().get_changelist_instance(request)
 
 
 class ObjectActionsMixin(_ModelAdminBase):

@@ -35,7 +35,7 @@ from .lists import (
     TaskFilter,
     parse_id,
 )
-from .mixins import DistschedMedia, ObjectActionsMixin
+from .mixins import DistschedMedia, ObjectActionsMixin, StorableLookupsMixin
 from .support import (
     apply_each,
     operator,
@@ -46,7 +46,7 @@ from .support import (
 
 
 @admin.register(Run)
-class RunAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
+class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "task_name",

@@ -21,7 +21,7 @@ from ..models import Run, Schedule, ScheduleKind
 from ..services import schedules as schedule_service
 from .display import change_url, state_badge, timestamp_field, ts
 from .forms import ScheduleAdminForm
-from .mixins import DistschedMedia, ObjectActionsMixin
+from .mixins import DistschedMedia, ObjectActionsMixin, StorableLookupsMixin
 from .support import (
     apply_each,
     operator,
@@ -36,7 +36,7 @@ class ServiceRejected(Exception):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(DistschedMedia, ObjectActionsMixin, admin.ModelAdmin):
+class ScheduleAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.ModelAdmin):
     form = ScheduleAdminForm
     list_display = ("name", "task_name", "kind", "recurrence", "next_run", "paused", "last_run", "queue")
     list_filter = ("paused", "kind", "queue", "task_name")  # the schedules table is small

@@ -8,12 +8,12 @@ from django.utils.html import format_html
 from ..models import Run, Worker
 from .display import age, change_url, timestamp_field
 from .lists import WorkerLivenessFilter
-from .mixins import DistschedMedia
+from .mixins import DistschedMedia, StorableLookupsMixin
 from .support import request_now
 
 
 @admin.register(Worker)
-class WorkerAdmin(DistschedMedia, admin.ModelAdmin):
+class WorkerAdmin(DistschedMedia, StorableLookupsMixin, admin.ModelAdmin):
     list_filter = (WorkerLivenessFilter, "status")
     search_fields = ("worker_id", "hostname")
     list_per_page = 100

@@ -275,6 +275,32 @@ def test_admin_urls_with_ids_of_any_length_are_not_server_errors(staff, object_i
     assert staff.post(reverse("admin:distsched_app_run_changelist") + f"{object_id}/cancel/").status_code == 404
 
 
+CHANGELIST_QUERIES = [
+    {"q": "nul\x00term"},
+    {"task_name": "tests\x00noop"},
+    {"queue": "\x00"},
+    {"state": "pending\x00"},
+    {"o": "1\x00"},
+    {"worker_id": "w\x00"},
+    {"event_type": "created\x00"},
+    {"priority": "9" * 40},
+]
+
+
+@pytest.mark.parametrize("params", CHANGELIST_QUERIES, ids=lambda p: next(iter(p)))
+@pytest.mark.parametrize("model", ["run", "runevent", "schedule", "worker"])
+def test_admin_changelist_search_and_filters_with_unstorable_text_are_not_server_errors(
+    staff, scheduler, make_schedule, model, params
+):
+    make_schedule("visible")
+    scheduler.tick()
+    response = staff.get(reverse(f"admin:distsched_app_{model}_changelist"), params)
+    assert response.status_code in (200, 302), (model, params, response.status_code)
+    if response.status_code == 302:  # Django's "invalid lookup" page, not a 500
+        assert response["Location"].endswith("?e=1")
+        assert staff.get(response["Location"]).status_code == 200
+
+
 # -- rows written before the rule (SQLite keeps surrogate escapes in JSON text) ----------
 
 
