@@ -302,3 +302,40 @@ def test_bad_options_are_a_system_check_error_and_refuse_to_enqueue(options, mes
     assert problem.id == "distsched.E010" and message in problem.msg
     with pytest.raises(framework.InvalidTask, match="misconfigured"):
         backend.enqueue(t.ft_add, (1, 2), {})
+
+
+def test_the_async_api_enqueues_and_reads_results_like_the_sync_one(worker):
+    from asgiref.sync import async_to_sync
+
+    from distsched_app.backends import aenqueue_unique
+
+    async def enqueue_and_read():
+        result = await t.ft_add.aenqueue(20, 22)
+        same = await aenqueue_unique(t.ft_add, "async:1", 1, 1)
+        again = await aenqueue_unique(t.ft_add, "async:1", 1, 1)
+        pending = await t.ft_add.aget_result(result.id)
+        return result, same, again, pending
+
+    result, same, again, pending = async_to_sync(enqueue_and_read)()
+    assert again.id == same.id and Run.objects.count() == 2
+    assert pending.status == Status.READY
+    drain(worker)
+    finished = async_to_sync(t.ft_add.aget_result)(result.id)
+    assert (finished.status, finished.return_value) == (Status.SUCCESSFUL, 42)
+
+
+def test_a_signal_receiver_that_raises_does_not_change_the_outcome(worker):
+    def broken(sender, **kwargs):
+        raise RuntimeError("receiver bug")
+
+    framework.task_started.connect(broken)
+    framework.task_finished.connect(broken)
+    try:
+        result = t.ft_add.enqueue(1, 2)
+        drain(worker)
+    finally:
+        framework.task_started.disconnect(broken)
+        framework.task_finished.disconnect(broken)
+    result.refresh()
+    assert (result.status, result.return_value) == (Status.SUCCESSFUL, 3)
+    assert Run.objects.get(pk=int(result.id)).state == RunState.SUCCEEDED
