@@ -69,6 +69,9 @@ class Loop:
         self._probe_pool: ThreadPoolExecutor | None = None
         # Monotonic time of the next lease-recovery query (it runs about once a second).
         self.next_expired_check = 0.0
+        # Woken by a notification: the next claim goes straight for the waiting runs (one
+        # statement on PostgreSQL); lease recovery waits for the claim after it.
+        self.woken = False
 
     # -- entry points -------------------------------------------------------------
 
@@ -183,7 +186,8 @@ class Loop:
     def claim(self, limit: int, *, force_expired: bool = False, start_all: bool = False) -> list[Run]:
         """Claim up to ``limit`` runs (expired leases are looked for about once a second)."""
         w = self.worker
-        check_expired = force_expired or time.monotonic() >= self.next_expired_check
+        check_expired = force_expired or (time.monotonic() >= self.next_expired_check and not self.woken)
+        self.woken = False
         runs = claiming.claim_runs(
             worker_id=w.worker_id,
             queues=w.queues,
@@ -252,7 +256,7 @@ class Loop:
             if w.with_tick and ahead < delay + 0.001:
                 self._next_tick = 0.0  # tick as soon as we wake: the due slot is why we woke
         if delay > 0:
-            w.wait(delay)
+            self.woken = w.wait(delay) and not w.stopping
 
     # -- helpers ------------------------------------------------------------------
 

@@ -1,0 +1,98 @@
+"""The one-statement claim (PostgreSQL) makes exactly the claim the ORM path makes.
+
+``claim_runs(include_expired=False)`` takes ``db.claims.claim_waiting`` on
+PostgreSQL (a woken worker's latency path) and the ORM elsewhere; with no
+expired lease around, ``include_expired=True`` takes the ORM path on every
+database. Both are run on the same rows (each inside a savepoint rolled back
+afterwards) and must pick the same runs in the same order and leave the same
+rows and history behind.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+
+from distsched_app.db import claims
+from distsched_app.models import Run, RunEvent
+from distsched_app.services import claiming
+from distsched_app.services.enqueue import Job, enqueue
+from tests.conftest import T0, is_postgres
+
+pytestmark = pytest.mark.django_db
+
+RUN_FIELDS = [f.attname for f in Run._meta.concrete_fields]
+EVENT_FIELDS = ["run_id", "event_type", "message", "worker_id", "attempt", "created_at", "data"]
+
+
+def _runs_and_events(scheduler, clock) -> None:
+    """Due runs of several priorities, times and queues, a scheduled one, one not yet due."""
+    scheduler.create_schedule(name="sched", task_name="tests.noop", interval_seconds=60, start_at=T0)
+    scheduler.tick()
+    for i, (priority, minutes, queue) in enumerate(
+        [
+            (0, -5, "default"),
+            (10, -1, "default"),
+            (10, -3, "default"),
+            (-5, -9, "default"),
+            (0, -5, "other"),
+            (50, 5, "default"),
+            (0, -7, "default"),
+        ]
+    ):
+        enqueue(
+            Job(task_name="tests.noop", kwargs={"i": i}, priority=priority, queue=queue),
+            now=clock.now() + timedelta(minutes=minutes),
+        )
+
+
+def _claimed_state(runs: list[Run]) -> tuple[list[tuple], list[tuple], list[tuple]]:
+    returned = [(*(getattr(r, f) for f in RUN_FIELDS), r.schedule.name if r.schedule else None) for r in runs]
+    rows = list(Run.objects.order_by("id").values_list(*RUN_FIELDS))
+    history = list(RunEvent.objects.order_by("id").values_list(*EVENT_FIELDS))
+    return returned, rows, history
+
+
+@pytest.mark.parametrize("start_all", [False, True])
+@pytest.mark.parametrize("queues", [None, ["default"], ["other", "default"]])
+@pytest.mark.parametrize("limit", [1, 3, 20])
+def test_the_waiting_claim_is_the_orm_claim(scheduler, clock, limit, queues, start_all):
+    _runs_and_events(scheduler, clock)
+    outcomes = {}
+    for expired in (True, False):  # True: the ORM path on every database
+        with transaction.atomic():
+            runs = claiming.claim_runs(
+                worker_id="w1",
+                queues=queues,
+                lease_seconds=30,
+                now=clock.now(),
+                limit=limit,
+                include_expired=expired,
+                start_all=start_all,
+            )
+            outcomes[expired] = _claimed_state(runs)
+            transaction.set_rollback(True)
+    assert outcomes[True][0], "nothing was claimed: the rows above are not due"
+    assert outcomes[False] == outcomes[True]
+
+
+def test_claim_waiting_is_one_statement_on_postgresql_and_declines_elsewhere(
+    scheduler, clock, django_assert_num_queries
+):
+    _runs_and_events(scheduler, clock)
+    if not is_postgres():
+        assert (
+            claims.claim_waiting(
+                worker_id="w", queues=None, lease_seconds=30, now=clock.now(), limit=5, start_all=False
+            )
+            is None
+        )
+        return
+    with django_assert_num_queries(1):
+        runs = claims.claim_waiting(
+            worker_id="w", queues=None, lease_seconds=30, now=clock.now(), limit=5, start_all=False
+        )
+    assert [r.priority for r in runs] == [10, 10, 0, 0, 0]
+    assert [r.state for r in runs] == ["running", "leased", "leased", "leased", "leased"]
