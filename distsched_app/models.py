@@ -233,6 +233,9 @@ class Run(models.Model):
     retry_policy = StorableJSONField(null=True, blank=True)
     # Unique enqueue: at most one active (not finished) run per key, enforced by a partial unique index.
     unique_key = models.CharField(max_length=255, blank=True, default="", db_default="")
+    # OpenTelemetry: the trace context of the code that enqueued or triggered the run (the
+    # propagator's carrier, e.g. {"traceparent": "00-..."}); its execution span continues that trace.
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
 
     objects = RunQuerySet.as_manager()
 

@@ -52,6 +52,7 @@ class NewRun:
     unique_key: str = ""
     args_json: str = "[]"  # args and kwargs as stored (validated and encoded once, by the caller)
     kwargs_json: str = "{}"
+    trace_context: dict[str, str] | None = None  # the enqueuer's trace (``tracing.carrier()``)
 
 
 def _q(name: str) -> str:
@@ -89,7 +90,7 @@ def _event_sql(source: str) -> str:
 _ENQUEUE_COLUMNS = (
     "id, task_name, args, kwargs, state, scheduled_for, available_at, attempts, max_attempts, lease_owner, "
     "last_error, queue, origin, idempotency_key, cancel_requested, created_at, updated_at, priority, "
-    "retry_policy, unique_key"
+    "retry_policy, unique_key, trace_context"
 )
 
 
@@ -104,13 +105,14 @@ def _enqueue_sql(vendor: str, unique: bool, wake: bool) -> tuple[str, str]:
         return (
             f"WITH s AS (SELECT nextval(pg_get_serial_sequence(%s, 'id')) AS id), "  # noqa: S608
             f"r AS (INSERT INTO {runs} ({_ENQUEUE_COLUMNS}) SELECT s.id, %s, %s::jsonb, %s::jsonb, %s, %s, %s, 0, "
-            f"%s, '', '', %s, %s, %s || s.id, false, %s, %s, %s, %s::jsonb, %s FROM s{conflict} RETURNING id, queue), "
+            f"%s, '', '', %s, %s, %s || s.id, false, %s, %s, %s, %s::jsonb, %s, %s::jsonb FROM s{conflict} "
+            "RETURNING id, queue), "
             f"e AS ({_event_sql('r')}) SELECT id{notify_sql} FROM r",
             "",
         )
     return (
         f"INSERT INTO {runs} ({_ENQUEUE_COLUMNS}) SELECT n.id, %s, %s, %s, %s, %s, %s, 0, %s, '', '', %s, %s, "  # noqa: S608
-        f"%s || n.id, 0, %s, %s, %s, %s, %s FROM ({_next_id_sql()}) AS n WHERE true{conflict} RETURNING id",
+        f"%s || n.id, 0, %s, %s, %s, %s, %s, %s FROM ({_next_id_sql()}) AS n WHERE true{conflict} RETURNING id",
         f"INSERT INTO {events} (run_id, event_type, message, worker_id, attempt, created_at) "  # noqa: S608
         "VALUES (%s, %s, %s, '', 0, %s)",
     )
@@ -127,7 +129,7 @@ def insert_enqueued(new: NewRun, *, now: datetime, message: str) -> int | None:
         params = [
             Run._meta.db_table, new.task_name, new.args_json, new.kwargs_json, RunState.PENDING.value, slot, slot,
             new.max_attempts, new.queue, Origin.ENQUEUED.value, key, at, at, new.priority, _json(new.retry_policy),
-            new.unique_key, message, at,
+            new.unique_key, _json(new.trace_context), message, at,
         ]  # fmt: skip
         rows = execute(run_sql, params)
         return rows[0][0] if rows else None
@@ -137,6 +139,7 @@ def insert_enqueued(new: NewRun, *, now: datetime, message: str) -> int | None:
         params = [
             new.task_name, new.args_json, new.kwargs_json, RunState.PENDING.value, slot, slot, new.max_attempts,
             new.queue, Origin.ENQUEUED.value, key, at, at, new.priority, _json(new.retry_policy), new.unique_key,
+            _json(new.trace_context),
         ]  # fmt: skip
         with connection.cursor() as cursor:
             cursor.execute(run_sql, params)
@@ -169,12 +172,13 @@ def insert_enqueued_many(new: Sequence[NewRun], *, now: datetime, message: str) 
         sql = (
             "WITH u AS (SELECT nextval(pg_get_serial_sequence(%s, 'id')) AS id, u.* FROM "  # noqa: S608
             "(SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[], %b::integer[], "
-            "%b::text[], %b::smallint[], %b::text[]) WITH ORDINALITY AS u(task_name, args, kwargs, slot, "
-            "max_attempts, queue, priority, retry_policy, ord) ORDER BY ord) AS u), "
+            "%b::text[], %b::smallint[], %b::text[], %b::text[]) WITH ORDINALITY AS u(task_name, args, kwargs, slot, "
+            "max_attempts, queue, priority, retry_policy, trace_context, ord) ORDER BY ord) AS u), "
             f"r AS (INSERT INTO {runs} (id, task_name, args, kwargs, state, scheduled_for, available_at, attempts, "
             "max_attempts, lease_owner, last_error, queue, origin, idempotency_key, cancel_requested, created_at, "
-            "updated_at, priority, retry_policy) SELECT id, task_name, args::jsonb, kwargs::jsonb, %b, slot, slot, 0, "
-            "max_attempts, '', '', queue, %b, %b || id, false, %b, %b, priority, retry_policy::jsonb FROM u "
+            "updated_at, priority, retry_policy, trace_context) SELECT id, task_name, args::jsonb, kwargs::jsonb, %b, "
+            "slot, slot, 0, max_attempts, '', '', queue, %b, %b || id, false, %b, %b, priority, retry_policy::jsonb, "
+            "trace_context::jsonb FROM u "
             "ORDER BY ord RETURNING id), "
             f"e AS (INSERT INTO {events} (run_id, event_type, message, worker_id, attempt, created_at) "
             f"SELECT id, '{EventType.CREATED.value}', %b, '', 0, %b FROM r) SELECT id FROM r"
@@ -183,7 +187,8 @@ def insert_enqueued_many(new: Sequence[NewRun], *, now: datetime, message: str) 
             Run._meta.db_table, [n.task_name for n in new], [n.args_json for n in new],
             [n.kwargs_json for n in new], [n.scheduled_for for n in new], [n.max_attempts for n in new],
             [n.queue for n in new], [n.priority for n in new], [_json(n.retry_policy) for n in new],
-            RunState.PENDING.value, Origin.ENQUEUED.value, f"{Origin.ENQUEUED.value}:", now, now, message, now,
+            [_json(n.trace_context) for n in new], RunState.PENDING.value, Origin.ENQUEUED.value,
+            f"{Origin.ENQUEUED.value}:", now, now, message, now,
         ]  # fmt: skip
         ids = sorted(row[0] for row in server_side_execute(sql, params))
         notify.notify(n.queue for n in new if n.scheduled_for <= now)
@@ -215,6 +220,7 @@ def insert_enqueued_many(new: Sequence[NewRun], *, now: datetime, message: str) 
                 "updated_at": [now] * len(new),
                 "priority": [n.priority for n in new],
                 "retry_policy": [_json(n.retry_policy) for n in new],
+                "trace_context": [_json(n.trace_context) for n in new],
             },
         )
         bulk.insert_rows(
@@ -242,9 +248,12 @@ class Triggered:
     kwargs: dict[str, Any]
     max_attempts: int
     queue: str
+    trace_context: dict[str, str] | None
 
 
-def insert_triggered(schedule_name: str, *, now: datetime, message: str) -> Triggered | None:
+def insert_triggered(
+    schedule_name: str, *, now: datetime, message: str, trace_context: dict[str, str] | None = None
+) -> Triggered | None:
     """One manual run of the named schedule, now, with its event; None if there is no such schedule.
 
     Task, payload, budget and queue are copied from the schedule row by the database.
@@ -253,7 +262,8 @@ def insert_triggered(schedule_name: str, *, now: datetime, message: str) -> Trig
     schedules = _q(Schedule._meta.db_table)
     columns = (
         "id, schedule_id, task_name, args, kwargs, state, scheduled_for, available_at, attempts, max_attempts, "
-        "lease_owner, last_error, queue, origin, idempotency_key, cancel_requested, created_at, updated_at"
+        "lease_owner, last_error, queue, origin, idempotency_key, cancel_requested, created_at, updated_at, "
+        "trace_context"
     )
     back = "id, schedule_id, task_name, args, kwargs, max_attempts, queue"
     key = f"{Origin.MANUAL.value}:"
@@ -262,22 +272,25 @@ def insert_triggered(schedule_name: str, *, now: datetime, message: str) -> Trig
             f"WITH s AS (SELECT nextval(pg_get_serial_sequence(%s, 'id')) AS id, x.id AS schedule_id, "  # noqa: S608
             f"x.task_name, x.args, x.kwargs, x.max_attempts, x.queue FROM {schedules} x WHERE x.name = %s), "
             f"r AS (INSERT INTO {runs} ({columns}) SELECT s.id, s.schedule_id, s.task_name, s.args, s.kwargs, %s, "
-            f"%s, %s, 0, s.max_attempts, '', '', s.queue, %s, %s || s.id, false, %s, %s FROM s RETURNING {back}), "
+            f"%s, %s, 0, s.max_attempts, '', '', s.queue, %s, %s || s.id, false, %s, %s, %s::jsonb FROM s "
+            f"RETURNING {back}), "
             f"e AS ({_event_sql('r')}) SELECT {back}"
             + (f", pg_notify('{CHANNEL}', queue) FROM r" if notify.enabled() else " FROM r")
         )
         params = [Run._meta.db_table, schedule_name, RunState.PENDING.value, _adapt(now), _adapt(now),
-                  Origin.MANUAL.value, key, _adapt(now), _adapt(now), message, _adapt(now)]  # fmt: skip
+                  Origin.MANUAL.value, key, _adapt(now), _adapt(now), _json(trace_context), message,
+                  _adapt(now)]  # fmt: skip
         rows = execute(sql, params)
     else:
         with nullcontext() if connection.in_atomic_block else transaction.atomic():
             sql = (
                 f"INSERT INTO {runs} ({columns}) SELECT n.id, x.id, x.task_name, x.args, x.kwargs, %s, %s, %s, 0, "  # noqa: S608
-                f"x.max_attempts, '', '', x.queue, %s, %s || n.id, 0, %s, %s FROM {schedules} x, ({_next_id_sql()}) "
+                f"x.max_attempts, '', '', x.queue, %s, %s || n.id, 0, %s, %s, %s FROM {schedules} x, "
+                f"({_next_id_sql()}) "
                 f"AS n WHERE x.name = %s RETURNING {back}"
             )
             params = [RunState.PENDING.value, _adapt(now), _adapt(now), Origin.MANUAL.value, key, _adapt(now),
-                      _adapt(now), schedule_name]  # fmt: skip
+                      _adapt(now), _json(trace_context), schedule_name]  # fmt: skip
             rows = execute(sql, params)
             if rows:
                 execute(
@@ -296,6 +309,7 @@ def insert_triggered(schedule_name: str, *, now: datetime, message: str) -> Trig
         kwargs=_decoded(kwargs),
         max_attempts=max_attempts,
         queue=queue,
+        trace_context=trace_context,
     )
 
 

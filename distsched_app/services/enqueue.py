@@ -11,11 +11,12 @@ see it before the commit. Everything is validated first: nothing half-written.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
 from typing import Any
 
+from .. import tracing
 from ..backoff import RetryPolicy
 from ..conf import RANGES, conf
 from ..db import runs as db_runs
@@ -139,6 +140,7 @@ def _run(run_id: int, new: db_runs.NewRun, *, now: datetime) -> Run:
         max_attempts=new.max_attempts, queue=new.queue, origin=Origin.ENQUEUED,
         idempotency_key=f"{Origin.ENQUEUED.value}:{run_id}", created_at=now, updated_at=now,
         priority=new.priority, retry_policy=new.retry_policy, unique_key=new.unique_key,
+        trace_context=new.trace_context,
     )  # fmt: skip
     run._state.adding = False
     run._state.db = "default"
@@ -175,6 +177,25 @@ def enqueue(job: Job, *, now: datetime, policy: RetryPolicy | None = None, messa
     nothing is written and that run is returned. ``message`` is the event's (who enqueued it)."""
     new = _validated(job, policy=policy or default_policy(), now=now)
     message = storable(message, MAX_MESSAGE_CHARS)
+    if not tracing.ENABLED:
+        return _insert(new, now=now, message=message)
+    with tracing.producer(f"enqueue {new.task_name}", _producer_attributes(new)) as span:
+        enqueued = _insert(replace(new, trace_context=tracing.carrier()), now=now, message=message)
+        span.set("messaging.message.id", str(enqueued.pk))
+        span.set("distsched.run.created", enqueued.created)
+        return enqueued
+
+
+def _producer_attributes(new: db_runs.NewRun) -> dict[str, str | int]:
+    return {
+        "messaging.operation.type": "send",
+        "messaging.destination.name": new.queue,
+        "distsched.task": new.task_name,
+        "distsched.priority": new.priority,
+    }
+
+
+def _insert(new: db_runs.NewRun, *, now: datetime, message: str) -> Enqueued:
     for _ in range(UNIQUE_RETRIES):
         run_id = db_runs.insert_enqueued(new, now=now, message=message)
         if run_id is not None:
@@ -253,5 +274,9 @@ def enqueue_many(jobs: Sequence[Job], *, now: datetime, policy: RetryPolicy | No
         raise ValidationError(
             "unique keys are not supported by enqueue_many: enqueue those one by one", field="unique_key"
         )
-    ids = db_runs.insert_enqueued_many(new, now=now, message=ENQUEUED_MESSAGE)
+    with tracing.producer("enqueue_many", {"messaging.batch.message_count": len(new)}):
+        context = tracing.carrier()
+        if context is not None:
+            new = [replace(n, trace_context=context) for n in new]
+        ids = db_runs.insert_enqueued_many(new, now=now, message=ENQUEUED_MESSAGE)
     return [_run(run_id, n, now=now) for run_id, n in zip(ids, new, strict=True)]

@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from django.db import IntegrityError, connection, transaction
 
+from .. import tracing
 from ..db import runs as db_runs
 from ..errors import DuplicateName, ScheduleNotFound, ValidationError
 from ..models import Origin, Run, RunEvent, RunState, Schedule, ScheduleKind, Worker
@@ -184,14 +185,20 @@ def trigger_schedule(name: str, *, now: datetime, message: str = "triggered manu
     the schedule row supplies task, payload, budget and queue inside the INSERT.
     The returned run carries ``schedule_name`` (as list queries annotate it).
     """
-    triggered = db_runs.insert_triggered(_lookup_name(name), now=now, message=message)
-    if triggered is None:
-        raise ScheduleNotFound(f"no schedule named {name!r}")
+    name = _lookup_name(name)
+    with tracing.producer(f"trigger {name}", {"distsched.schedule": name}) as span:
+        triggered = db_runs.insert_triggered(name, now=now, message=message, trace_context=tracing.carrier())
+        if triggered is None:
+            raise ScheduleNotFound(f"no schedule named {name!r}")
+        span.set("messaging.message.id", str(triggered.run_id))
+        span.set("messaging.destination.name", triggered.queue)
+        span.set("distsched.task", triggered.task_name)
     run = Run(
         pk=triggered.run_id, schedule_id=triggered.schedule_id, task_name=triggered.task_name,
         args=triggered.args, kwargs=triggered.kwargs, state=RunState.PENDING, scheduled_for=now, available_at=now,
         max_attempts=triggered.max_attempts, queue=triggered.queue, origin=Origin.MANUAL,
         idempotency_key=f"{Origin.MANUAL.value}:{triggered.run_id}", created_at=now, updated_at=now,
+        trace_context=triggered.trace_context,
     )  # fmt: skip
     run._state.adding = False
     run._state.db = "default"

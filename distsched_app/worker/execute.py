@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from .. import tracing
 from ..clock import Clock
 from ..context import RunContext
 from ..errors import RunCancelled
@@ -135,27 +136,45 @@ def call_task(
     run = attempt.run
     attempt.started_at = clock.now()
     attempt.started_mono = time.monotonic()
-    if cancelled_before_start and not attempt.started_recorded:
-        attempt.failed, attempt.cancelled = True, True
-        attempt.error = "cancel requested before the run started"
-    else:
-        try:
-            entry = attempt.entry = registry.get(run.task_name)
-            on_start(entry)
-            args = list(run.args)
-            kwargs = dict(run.kwargs)
-            if entry.accepts_context:
-                kwargs["context"] = context
-            elif entry.takes_framework_context:
-                args.insert(0, framework_context(entry))
-            result = entry.func(*args, **kwargs)
-            if inspect.iscoroutine(result):
-                result = run_coroutine(result)
-            attempt.result = result
-        except RunCancelled as exc:
-            attempt.failed, attempt.cancelled, attempt.error = True, True, describe_exception(exc)
-        except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from task code fail the run
-            attempt.failed, attempt.error, attempt.tb = True, describe_exception(exc), format_traceback(exc)
-            attempt.error_class = class_path(exc)
+    with tracing.consumer(f"run {run.task_name}", run.trace_context, _span_attributes(run, context)) as span:
+        if cancelled_before_start and not attempt.started_recorded:
+            attempt.failed, attempt.cancelled = True, True
+            attempt.error = "cancel requested before the run started"
+        else:
+            try:
+                entry = attempt.entry = registry.get(run.task_name)
+                on_start(entry)
+                args = list(run.args)
+                kwargs = dict(run.kwargs)
+                if entry.accepts_context:
+                    kwargs["context"] = context
+                elif entry.takes_framework_context:
+                    args.insert(0, framework_context(entry))
+                result = entry.func(*args, **kwargs)
+                if inspect.iscoroutine(result):
+                    result = run_coroutine(result)
+                attempt.result = result
+            except RunCancelled as exc:
+                attempt.failed, attempt.cancelled, attempt.error = True, True, describe_exception(exc)
+            except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from task code fail the run
+                attempt.failed, attempt.error, attempt.tb = True, describe_exception(exc), format_traceback(exc)
+                attempt.error_class = class_path(exc)
+                span.fail(exc, error_class=attempt.error_class, error=attempt.error, tb=attempt.tb)
+        span.set(
+            "distsched.run.outcome", "cancelled" if attempt.cancelled else "failed" if attempt.failed else "succeeded"
+        )
     attempt.duration = time.monotonic() - attempt.started_mono
     attempt.finished_at = clock.now()
+
+
+def _span_attributes(run: Run, context: RunContext) -> dict[str, str | int]:
+    return {
+        "messaging.operation.type": "process",
+        "messaging.destination.name": run.queue,
+        "messaging.message.id": str(run.pk),
+        "distsched.run.id": run.pk,
+        "distsched.task": run.task_name,
+        "distsched.run.attempt": run.attempts,
+        "distsched.run.origin": run.origin,
+        "distsched.worker.id": context.worker_id,
+    }

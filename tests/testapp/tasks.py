@@ -179,3 +179,20 @@ def ft_urgent() -> str:
 def ft_mail(to: str = "") -> str:
     """Declared on the retrying backend: a hand-made enqueue follows its queue, priority and OPTIONS."""
     return to
+
+
+@framework_task
+async def ft_async_span() -> str:
+    """The id of the span current inside the coroutine (tests/services/test_tracing.py)."""
+    from opentelemetry import trace
+
+    return format(trace.get_current_span().get_span_context().span_id, "016x")
+
+
+@framework_task(takes_context=True)
+def ft_child_span(context) -> None:
+    """Makes a span of its own: it must nest under the run's execution span."""
+    from opentelemetry import trace
+
+    with trace.get_tracer("tests").start_as_current_span("inside the task"):
+        pass
