@@ -32,15 +32,18 @@ def venv_path() -> Path:
     return Path(f"/tmp/bench-venv-{sys.version_info.major}.{sys.version_info.minor}")
 
 
-def _has_packages() -> bool:
-    if not all(importlib.util.find_spec(m) for m in ("django", "dj_database_url", "django_tasks_db")):
+PEER_MODULES = ("django_tasks_db",)
+
+
+def _has_packages(modules: tuple[str, ...]) -> bool:
+    if not all(importlib.util.find_spec(m) for m in ("django", "dj_database_url", *modules)):
         return False
     import django
 
     return django.VERSION >= (6, 0) or importlib.util.find_spec("django_tasks") is not None
 
 
-def ensure_packages(argv: list[str]) -> None:
+def ensure_packages(argv: list[str], modules: tuple[str, ...] = PEER_MODULES) -> None:
     """Re-run this script under ``/tmp/bench-venv-X.Y`` if this interpreter lacks the peer's packages.
 
     The venv is created on first use from ``requirements.txt`` (on Python >= 3.12
@@ -48,12 +51,18 @@ def ensure_packages(argv: list[str]) -> None:
     ``bench/requirements.txt``, and reused afterwards. The project's ``.venv`` is
     never modified.
     """
-    if _has_packages():
+    if _has_packages(modules):
         return
     venv = venv_path()
+    wanted = (BENCH / "requirements.txt").read_text()
+    marker = venv / ".bench-installed"
     if Path(sys.prefix).resolve() == venv.resolve():
-        raise SystemExit(f"{venv} lacks django-tasks-db or django-tasks: delete it and run again")
-    if not (venv / ".bench-installed").exists():
+        if marker.exists() and marker.read_text() != wanted:  # bench/requirements.txt changed: top it up
+            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-r", str(BENCH / "requirements.txt")])
+            marker.write_text(wanted)
+            os.execv(sys.executable, [sys.executable, *argv])
+        raise SystemExit(f"{venv} lacks one of {', '.join(modules)}: delete it and run again")
+    if not marker.exists():
         print(f"creating {venv} (Django, django-tasks-db, django-tasks; once) ...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
         requirements = (c.ROOT / "requirements.txt").read_text()
@@ -74,7 +83,7 @@ def ensure_packages(argv: list[str]) -> None:
             ],
             check=True,
         )
-        (venv / ".bench-installed").touch()
+        marker.write_text(wanted)
     python = str(venv / "bin" / "python")
     os.execv(python, [python, *argv])
 
@@ -221,9 +230,9 @@ def manage(system: System, *args: str, timeout: float) -> subprocess.CompletedPr
     )
 
 
-def enqueue(system: System, count: int, *, bulk: bool = False) -> dict[str, Any]:
+def enqueue(system: System, count: int, *, bulk: bool = False, trigger: bool = False) -> dict[str, Any]:
     """Run ``manage.py bench_enqueue`` as ``system``; its JSON line, checked."""
-    args = ["bench_enqueue", "--count", str(count), *(["--bulk"] if bulk else [])]
+    args = ["bench_enqueue", "--count", str(count), *(["--bulk"] if bulk else []), *(["--trigger"] if trigger else [])]
     done = manage(system, *args, timeout=max(300.0, count / 20))
     if done.returncode != 0:
         raise SystemExit(f"{system.label}: bench_enqueue failed ({done.returncode}):\n{done.stderr[-3000:]}")

@@ -21,6 +21,8 @@ every other repetition, since the machine is shared and noisy); medians over
   leg is seeded this way, so there are two samples per repetition.
 - **bulk** (distsched only): N jobs through ``distsched_app.services.enqueue.enqueue_many``
   (a hook in ``bench_enqueue.py``); skipped with a note while it does not exist.
+- **trigger** (distsched only): N manual triggers of a schedule of the same task
+  (``Scheduler.trigger``, one autocommit transaction each), timed like the enqueues.
 - **drain**: K worker processes (``--workers 1,4``) drain the N jobs: wall time
   from spawning them until the database shows N jobs finished (polled every
   50 ms), so it includes process start-up; also the steady-state window
@@ -32,8 +34,8 @@ every other repetition, since the machine is shared and noisy); medians over
   is timed alongside as the floor every worker pays.
 
 Then the ratios distsched / peer and the issue's goals: enqueue no slower,
-bulk >= 10,000 jobs/s, drain >= 5x the peer's (every K), first job <= 0.5 s
-after the spawn. Results: ``bench/results/tasks-framework-<db>.json``.
+bulk >= 10,000 jobs/s, drain >= 5x the peer's (every K), a trigger as cheap as
+an enqueue, first job <= 0.5 s after the spawn. Results: ``bench/results/tasks-framework-<db>.json``.
 """
 
 from __future__ import annotations
@@ -138,6 +140,11 @@ def measure(args, systems: list[tc.System]) -> tuple[dict, dict, list[str], list
             else:
                 samples["distsched"]["bulk_per_s"].append(got["per_s"])
                 samples["distsched"]["bulk_statements_per"].append(got["statements_per"])
+        if "distsched" in samples:
+            tc.SYSTEMS["distsched"].reset()
+            got = tc.enqueue(tc.SYSTEMS["distsched"], args.jobs, trigger=True)
+            for key in ("ms_per", "per_s", "statements_per"):
+                samples["distsched"][f"trigger_{key}"].append(got[key])
         for system in order:
             seconds, trouble = startup(args, system, rep)
             problems += trouble
@@ -219,6 +226,8 @@ def metric_rows(args) -> list[tuple[str, str]]:
         ("SQL statements/enqueue", "enqueue_statements_per"),
         ("bulk enqueue jobs/s", "bulk_per_s"),
         ("bulk SQL statements/job", "bulk_statements_per"),
+        ("trigger ms/run", "trigger_ms_per"),
+        ("SQL statements/trigger", "trigger_statements_per"),
     ]
     for k in args.workers:
         rows += [
@@ -243,6 +252,8 @@ def judge(args, summary: dict) -> tuple[dict[str, float], dict[str, str]]:
     bulk = ours.get("bulk_per_s")
     drains = {k: ratios.get(f"drain{k}_wall_per_s") for k in args.workers}
     first = ours.get("startup_s")
+    triggered = ours.get("trigger_ms_per")
+    trigger_ratio = triggered / ours["enqueue_ms_per"] if triggered and ours.get("enqueue_ms_per") else None
     goals = {
         "enqueue no slower than django-tasks-db": verdict(
             None if enqueue is None else enqueue <= 1.0, f"ms ratio {_num(enqueue)}"
@@ -251,6 +262,13 @@ def judge(args, summary: dict) -> tuple[dict[str, float], dict[str, str]]:
         "drain >= 5x django-tasks-db": verdict(
             None if None in drains.values() else all(r >= 5 for r in drains.values()),
             ", ".join(f"K={k}: {_num(r)}x" for k, r in drains.items()),
+        ),
+        "a trigger costs what an enqueue costs (same statements, within 25%)": verdict(
+            None
+            if trigger_ratio is None
+            else trigger_ratio <= 1.25 and ours.get("trigger_statements_per") == ours.get("enqueue_statements_per"),
+            f"trigger/enqueue ms {_num(trigger_ratio)}, statements {_num(ours.get('trigger_statements_per'))} "
+            f"vs {_num(ours.get('enqueue_statements_per'))}",
         ),
         "first job <= 0.5 s after the worker's spawn": verdict(
             None if first is None else first <= 0.5, f"{_num(first)} s"

@@ -11,7 +11,8 @@ import os
 import django
 
 from tests.settings import *  # noqa: F403
-from tests.settings import INSTALLED_APPS
+from tests.settings import DISTSCHED, INSTALLED_APPS
+from tests.settings import TASKS as TEST_TASKS
 
 DJANGO6 = django.VERSION >= (6, 0)
 BACKENDS = {
@@ -24,12 +25,21 @@ INSTALLED_APPS = [
     *INSTALLED_APPS,
     *([] if DJANGO6 or "django_tasks" in INSTALLED_APPS else ["django_tasks"]),  # the backport is an app
     "django_tasks_db",
-    "bench_tasks",
+    "bench_tasks.apps.BenchTasksConfig",
 ]
 TASKS = {
+    **TEST_TASKS,  # the test app's tasks name some of these aliases
     "default": {
         "BACKEND": BACKENDS[os.environ.get("BENCH_TASKS_SYSTEM", "")],
         "QUEUES": [],  # any queue: the test app's tasks (imported by both systems) use several
         "OPTIONS": {},  # HOOK: distsched backend options, if the benchmark should set any
     },
+    # bench/latency.py enqueues to both systems from one process, by alias.
+    "distsched": {"BACKEND": BACKENDS["distsched"], "QUEUES": []},
+    "peer": {"BACKEND": BACKENDS["peer"], "QUEUES": []},
 }
+if os.environ.get("BENCH_DISTSCHED_LISTEN") == "0":  # bench/latency.py: an idle worker without LISTEN
+    DISTSCHED = {**DISTSCHED, "LISTEN": False}
+if os.environ.get("BENCH_PROCRASTINATE"):  # bench/latency.py on PostgreSQL: procrastinate side by side
+    INSTALLED_APPS = [*INSTALLED_APPS, "procrastinate.contrib.django"]
+    PROCRASTINATE_AUTODISCOVER_MODULE_NAME = "procrastinate_tasks"

@@ -1,4 +1,4 @@
-"""``manage.py bench_enqueue --count N [--bulk]``: time N enqueues, print one JSON line.
+"""``manage.py bench_enqueue --count N [--bulk | --trigger]``: time N enqueues, print one JSON line.
 
 The first enqueue is a warm-up (connection, backend instance) and is not timed;
 the other N-1 are, one ``noop.enqueue()`` call each in autocommit mode (each
@@ -7,6 +7,8 @@ through Django's cursor during the timed part is counted by an
 ``execute_wrapper`` (COMMITs issued by the driver are not statements Django
 executes, so they are not counted). ``--bulk`` times distsched's bulk enqueue
 instead, when it exists; otherwise it enqueues nothing and says so.
+``--trigger`` (distsched only) times N manual triggers of one schedule of the
+same no-op task instead (``Scheduler.trigger``, as the API and admin call it).
 """
 
 from __future__ import annotations
@@ -52,10 +54,25 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--count", type=int, required=True, help="Jobs to enqueue (the first one untimed).")
         parser.add_argument("--bulk", action="store_true", help="Use distsched's bulk enqueue if it exists.")
+        parser.add_argument("--trigger", action="store_true", help="Time distsched's manual trigger instead.")
 
-    def handle(self, *args, count: int, bulk: bool, **options):
+    def handle(self, *args, count: int, bulk: bool, trigger: bool, **options):
         if count < 1:
             raise CommandError("--count must be at least 1")
+        one = noop.enqueue
+        if trigger:
+            from distsched_app import Scheduler
+            from distsched_app.clock import current_clock
+
+            scheduler = Scheduler()
+            later = current_clock().now().replace(year=current_clock().now().year + 1)  # never due
+            scheduler.create_schedule(
+                name="bench-trigger", task_name=noop.module_path, interval_seconds=86400, start_at=later
+            )
+
+            def one():
+                return scheduler.trigger("bench-trigger")
+
         backend = type(task_backends["default"])
         function = bulk_function() if bulk else None
         if bulk and function is None:
@@ -66,7 +83,7 @@ class Command(BaseCommand):
                 )
             )
             return
-        noop.enqueue()  # warm-up, untimed
+        one()  # warm-up, untimed
         timed = count - 1
         kinds: Counter[str] = Counter()
 
@@ -80,11 +97,11 @@ class Command(BaseCommand):
                 bulk_enqueue(function, timed)
             else:
                 for _ in range(timed):
-                    noop.enqueue()
+                    one()
             seconds = time.perf_counter() - start
         result = {
             "backend": f"{backend.__module__}.{backend.__qualname__}",
-            "mode": "bulk" if function is not None else "one-by-one",
+            "mode": "bulk" if function is not None else "trigger" if trigger else "one-by-one",
             "count": count,
             "timed": timed,
             "seconds": seconds,
