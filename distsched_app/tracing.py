@@ -1,4 +1,5 @@
-"""OpenTelemetry spans and trace context, when ``opentelemetry-api`` is installed; no-ops otherwise.
+"""OpenTelemetry spans and trace context, when ``opentelemetry-api`` is installed and a tracer
+provider (an SDK) is configured; no-ops otherwise.
 
 What is traced (``docs/operations.md``, "Tracing"):
 
@@ -16,8 +17,8 @@ What is traced (``docs/operations.md``, "Tracing"):
 
 Attributes follow OpenTelemetry's messaging conventions where one fits
 (``messaging.system``, ``messaging.destination.name``, ``messaging.message.id``)
-plus ``distsched.*`` ones. Nothing here reads the database or the clock: span
-times are the tracer's own.
+plus ``distsched.*`` ones. Nothing here reads the database or the scheduler's
+clock: span times are the tracer's own (wall clock).
 """
 
 from __future__ import annotations
@@ -34,13 +35,20 @@ try:  # optional: distsched neither needs nor installs it
 except ImportError:  # pragma: no cover - exercised by the tests' venv without the package
     trace = None  # type: ignore[assignment]
 
-ENABLED = trace is not None
+ENABLED = trace is not None  # the API is installed
 SYSTEM = "distsched"
+_NO_SDK: tuple[type, ...] = (trace.ProxyTracerProvider, trace.NoOpTracerProvider) if ENABLED else ()
 
 P = ParamSpec("P")
 R = TypeVar("R")
 AttributeValue = str | int | float | bool
 Attributes = Mapping[str, AttributeValue]
+
+
+def active() -> bool:
+    """Spans would go somewhere: the API is installed and a tracer provider (an SDK) is set.
+    Without one every span is a no-op, so distsched skips them (the enqueue path is hot)."""
+    return ENABLED and not isinstance(trace.get_tracer_provider(), _NO_SDK)
 
 
 def _tracer() -> Any:
@@ -80,7 +88,7 @@ class _Span:
 def producer(name: str, attributes: Attributes) -> Iterator[_Span]:
     """The span of the code that makes a run (enqueue, trigger), current inside the block, so
     that ``carrier()`` called there names it."""
-    if not ENABLED:
+    if not active():
         yield _Span()
         return
     with _tracer().start_as_current_span(
@@ -91,7 +99,7 @@ def producer(name: str, attributes: Attributes) -> Iterator[_Span]:
 
 def carrier() -> dict[str, str] | None:
     """The current trace context as the global propagator writes it, or None without one."""
-    if not ENABLED:
+    if not active():
         return None
     out: dict[str, str] = {}
     propagate.inject(out)
@@ -101,7 +109,7 @@ def carrier() -> dict[str, str] | None:
 @contextmanager
 def consumer(name: str, parent: Mapping[str, str] | None, attributes: Attributes) -> Iterator[_Span]:
     """The span of one execution: a child of the stored ``parent`` context, current in the block."""
-    if not ENABLED:
+    if not active():
         yield _Span()
         return
     with _tracer().start_as_current_span(
@@ -144,6 +152,8 @@ def when_busy(name: str, describe: Callable[..., Attributes]) -> Callable[[Calla
 
         @wraps(fn)
         def traced(*args: P.args, **kwargs: P.kwargs) -> R:
+            if not active():
+                return fn(*args, **kwargs)
             started = time.time_ns()
             try:
                 result = fn(*args, **kwargs)

@@ -177,7 +177,7 @@ def enqueue(job: Job, *, now: datetime, policy: RetryPolicy | None = None, messa
     nothing is written and that run is returned. ``message`` is the event's (who enqueued it)."""
     new = _validated(job, policy=policy or default_policy(), now=now)
     message = storable(message, MAX_MESSAGE_CHARS)
-    if not tracing.ENABLED:
+    if not tracing.active():
         return _insert(new, now=now, message=message)
     with tracing.producer(f"enqueue {new.task_name}", _producer_attributes(new)) as span:
         enqueued = _insert(replace(new, trace_context=tracing.carrier()), now=now, message=message)

@@ -207,6 +207,25 @@ print("ok")
     assert done.stdout.strip() == "ok"
 
 
+def test_with_the_api_but_no_sdk_distsched_makes_no_spans_and_stores_no_context():
+    """opentelemetry-api often arrives as another package's dependency, with no SDK configured:
+    every span would be a no-op, so the enqueue path skips them (a fresh interpreter, no provider)."""
+    script = """
+from opentelemetry import trace
+from distsched_app import tracing
+assert tracing.ENABLED and not tracing.active()
+with trace.get_tracer("x").start_as_current_span("request"):
+    with tracing.producer("enqueue x", {}) as span:
+        assert tracing.carrier() is None
+print("ok")
+"""
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env.pop("OTEL_PYTHON_TRACER_PROVIDER", None)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
 def test_the_stored_context_is_the_propagators_carrier(spans):
     with trace.get_tracer("tests").start_as_current_span("caller"):
         result = t.ft_noop.enqueue()
