@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import wraps
 from typing import Any, ParamSpec, TypeVar
 
@@ -84,13 +84,17 @@ class _Span:
         self._span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
 
 
-@contextmanager
-def producer(name: str, attributes: Attributes) -> Iterator[_Span]:
+_NO_SPAN = nullcontext(_Span())  # reusable: what every block gets while tracing is off
+
+
+def producer(name: str, attributes: Attributes) -> AbstractContextManager[_Span]:
     """The span of the code that makes a run (enqueue, trigger), current inside the block, so
     that ``carrier()`` called there names it."""
-    if not active():
-        yield _Span()
-        return
+    return _producer(name, attributes) if active() else _NO_SPAN
+
+
+@contextmanager
+def _producer(name: str, attributes: Attributes) -> Iterator[_Span]:
     with _tracer().start_as_current_span(
         name, kind=SpanKind.PRODUCER, attributes={"messaging.system": SYSTEM, **attributes}
     ) as span:
@@ -106,12 +110,16 @@ def carrier() -> dict[str, str] | None:
     return out or None
 
 
+def consumer(
+    parent: Mapping[str, str] | None, describe: Callable[[], tuple[str, Attributes]]
+) -> AbstractContextManager[_Span]:
+    """The span of one execution: a child of the stored ``parent`` context, current in the block.
+    ``describe()`` gives its name and attributes (only called when tracing: this is per run)."""
+    return _consumer(parent, *describe()) if active() else _NO_SPAN
+
+
 @contextmanager
-def consumer(name: str, parent: Mapping[str, str] | None, attributes: Attributes) -> Iterator[_Span]:
-    """The span of one execution: a child of the stored ``parent`` context, current in the block."""
-    if not active():
-        yield _Span()
-        return
+def _consumer(parent: Mapping[str, str] | None, name: str, attributes: Attributes) -> Iterator[_Span]:
     with _tracer().start_as_current_span(
         name,
         context=_extracted(parent),

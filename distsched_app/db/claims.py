@@ -34,10 +34,14 @@ def _columns(model: type[Model]) -> list[Field]:
 
 
 @cache
-def _claim_sql(with_queues: bool) -> str:
+def _claim_sql(queues: int) -> str:
+    """The statement for a worker of ``queues`` queues (0: any queue)."""
     runs, events, schedules = _q(Run._meta.db_table), _q(RunEvent._meta.db_table), _q(Schedule._meta.db_table)
     waiting = ", ".join(f"'{s}'" for s in WAITING_STATES)  # literals: the partial claim index's predicate
-    queue = " AND queue = ANY(%(queues)s)" if with_queues else ""
+    # One placeholder per queue, as the ORM writes it: "queue IN ('default')" lets the planner walk
+    # the claim index (queue, priority DESC, available_at, id) in order; "queue = ANY(array)" made
+    # it read and sort every waiting run.
+    queue = f" AND queue IN ({', '.join(f'%(q{i})s' for i in range(queues))})" if queues else ""
     run_cols = ", ".join(f"c.{_q(f.column)}" for f in _columns(Run))
     schedule_cols = ", ".join(f"s.{_q(f.column)}" for f in _columns(Schedule))
     return (
@@ -94,16 +98,17 @@ def claim_waiting(
     statement (SQLite has no data-modifying CTEs: the caller claims through the ORM)."""
     if connection.vendor != "postgresql":
         return None
-    params = {
+    queues = list(queues or ())
+    params: dict[str, Any] = {
+        **{f"q{i}": queue for i, queue in enumerate(queues)},
         "now": now,
-        "queues": list(queues) if queues else None,
         "limit": limit,
         "started": limit if start_all else 1,
         "owner": worker_id,
         "expires": now + timedelta(seconds=lease_seconds),
     }
     with connection.cursor() as cursor:
-        cursor.execute(_claim_sql(bool(queues)), params)
+        cursor.execute(_claim_sql(len(queues)), params)
         rows = cursor.fetchall()
     width = len(_columns(Run))
     claimed = []

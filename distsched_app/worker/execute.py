@@ -136,7 +136,7 @@ def call_task(
     run = attempt.run
     attempt.started_at = clock.now()
     attempt.started_mono = time.monotonic()
-    with tracing.consumer(f"run {run.task_name}", run.trace_context, _span_attributes(run, context)) as span:
+    with tracing.consumer(run.trace_context, lambda: _span(run, context)) as span:
         if cancelled_before_start and not attempt.started_recorded:
             attempt.failed, attempt.cancelled = True, True
             attempt.error = "cancel requested before the run started"
@@ -167,8 +167,9 @@ def call_task(
     attempt.finished_at = clock.now()
 
 
-def _span_attributes(run: Run, context: RunContext) -> dict[str, str | int]:
-    return {
+def _span(run: Run, context: RunContext) -> tuple[str, dict[str, str | int]]:
+    """The execution span's name and attributes."""
+    return f"run {run.task_name}", {
         "messaging.operation.type": "process",
         "messaging.destination.name": run.queue,
         "messaging.message.id": str(run.pk),

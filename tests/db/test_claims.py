@@ -13,7 +13,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from distsched_app.db import claims
 from distsched_app.models import Run, RunEvent
@@ -96,3 +97,24 @@ def test_claim_waiting_is_one_statement_on_postgresql_and_declines_elsewhere(
         )
     assert [r.priority for r in runs] == [10, 10, 0, 0, 0]
     assert [r.state for r in runs] == ["running", "leased", "leased", "leased", "leased"]
+
+
+@pytest.mark.postgres
+def test_a_one_queue_claim_walks_the_claim_index_in_order(scheduler, clock):
+    """``queue IN (...)`` as the ORM writes it, not ``= ANY(array)``: the claim reads the first
+    waiting runs off the claim index instead of reading and sorting every waiting run."""
+    _runs_and_events(scheduler, clock)
+    with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+        claims.claim_waiting(
+            worker_id="w", queues=["default"], lease_seconds=30, now=clock.now(), limit=5, start_all=False
+        )
+        transaction.set_rollback(True)
+    (statement,) = [q["sql"] for q in captured.captured_queries]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table: make the planner show its best index path
+        cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute("EXPLAIN " + statement)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        transaction.set_rollback(True)
+    assert "Index Scan using distsched_run_waiting" in plan, plan
+    assert "Sort Key: distsched_app_run.priority" not in plan, plan

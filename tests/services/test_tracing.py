@@ -194,7 +194,7 @@ assert not tracing.ENABLED
 assert tracing.carrier() is None
 with tracing.producer("enqueue x", {"a": 1}) as span:
     span.set("b", 2)
-with tracing.consumer("run x", {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}, {}) as span:
+with tracing.consumer({"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}, lambda: ("run x", {})) as span:
     span.fail(ValueError("boom"))
 def claim():
     return [1]
