@@ -126,11 +126,29 @@ def rows_source(
     return sql, _values_params(model_fields, columns, ordinal=bool(ordinal))
 
 
+def _memoized(adapt: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``adapt`` computed once per distinct value: a tick's rows share ``now`` (created, updated,
+    the event's time) and each row's slot is also its ``available_at``."""
+    seen: dict[Any, Any] = {}
+
+    def adapted(value: Any) -> Any:
+        try:
+            return seen[value]
+        except KeyError:
+            seen[value] = out = adapt(value)
+            return out
+
+    return adapted
+
+
 def _values_params(model_fields: list[Field], columns: Columns, *, ordinal: bool = False) -> list[Any]:
     """The values row after row, adapted column by column (``map``: no generator per row)."""
     adapted: list[Iterable[Any]] = []
+    memo: dict[Callable[[Any], Any], Callable[[Any], Any]] = {}
     for field, values in zip(model_fields, columns.values(), strict=True):
         adapt = _adapter(field)
+        if adapt is not None:
+            adapt = memo.setdefault(adapt, _memoized(adapt))
         adapted.append(values if adapt is None else map(adapt, values))
     if ordinal:
         adapted.append(range(_length(columns)))
