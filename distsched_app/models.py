@@ -6,14 +6,18 @@ use (``due``, ``waiting``, ``alive``/``stale``/``stopped``). Transitions live in
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.expressions import Col
 
 from .conf import conf
 from .text import StorableJSONDecoder
+
+_decode = StorableJSONDecoder().decode
 
 
 class StorableJSONField(models.JSONField):
@@ -40,6 +44,16 @@ class StorableJSONField(models.JSONField):
         name, _, args, kwargs = super().deconstruct()
         kwargs.pop("decoder", None)
         return name, "django.db.models.JSONField", args, kwargs
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        """A whole column (a worker reads several per run) through one shared decoder:
+        ``json.loads(cls=...)`` builds a decoder for every value. Key lookups go Django's way."""
+        if value is None or not isinstance(value, str) or type(expression) is not Col:
+            return super().from_db_value(value, expression, connection)
+        try:
+            return _decode(value)
+        except json.JSONDecodeError:
+            return value
 
 
 class ScheduleKind(models.TextChoices):
