@@ -95,83 +95,39 @@ def record_failure(
             "updated_at": now,
         }
         new: list[events.NewEvent] = []
+
+        def log(event_type: str, message: str = "", *, at: datetime = now, data: dict | None = None) -> None:
+            new.append(
+                events.NewEvent(
+                    run_id=run_id, event_type=event_type, now=at, worker_id=worker_id, attempt=attempt,
+                    message=message, data=data,
+                )
+            )  # fmt: skip
+
         if started_at is not None:
             changes["started_at"] = started_at
         if record_started:
-            new.append(
-                events.NewEvent(
-                    run_id=run_id,
-                    event_type=EventType.STARTED,
-                    now=started_at or now,
-                    worker_id=worker_id,
-                    attempt=attempt,
-                )
-            )
+            log(EventType.STARTED, at=started_at or now)
         if cancelled or run.cancel_requested:
             changes.update(state=RunState.CANCELLED, finished_at=now)
             if not cancelled:
-                new.append(
-                    events.NewEvent(
-                        run_id=run_id,
-                        event_type=EventType.FAILED,
-                        now=now,
-                        worker_id=worker_id,
-                        attempt=attempt,
-                        message=error,
-                        data=detail,
-                    )
-                )
-            new.append(
-                events.NewEvent(
-                    run_id=run_id,
-                    event_type=EventType.CANCELLED,
-                    now=now,
-                    worker_id=worker_id,
-                    attempt=attempt,
-                    message=error if cancelled else "cancel requested",
-                )
-            )
+                log(EventType.FAILED, error, data=detail)
+            log(EventType.CANCELLED, error if cancelled else "cancel requested")
         else:
-            new.append(
-                events.NewEvent(
-                    run_id=run_id,
-                    event_type=EventType.FAILED,
-                    now=now,
-                    worker_id=worker_id,
-                    attempt=attempt,
-                    message=error,
-                    data=detail,
-                )
-            )
+            log(EventType.FAILED, error, data=detail)
             if run.attempts < run.max_attempts:
                 delay = retry_policy_of(run).delay(run.attempts, rand=rand)
                 available = now + timedelta(seconds=delay)
                 changes.update(state=RunState.RETRYING, available_at=available)
                 if available <= now:
                     notify.notify([run.queue])  # a retry due at once: wake an idle worker
-                new.append(
-                    events.NewEvent(
-                        run_id=run_id,
-                        event_type=EventType.RETRY_SCHEDULED,
-                        now=now,
-                        worker_id=worker_id,
-                        attempt=attempt,
-                        message=f"attempt {run.attempts}/{run.max_attempts} failed; retry in {delay:.1f}s "
-                        f"at {iso_utc(available)}",
-                    )
+                log(
+                    EventType.RETRY_SCHEDULED,
+                    f"attempt {run.attempts}/{run.max_attempts} failed; retry in {delay:.1f}s at {iso_utc(available)}",
                 )
             else:
                 changes.update(state=RunState.DEAD, finished_at=now)
-                new.append(
-                    events.NewEvent(
-                        run_id=run_id,
-                        event_type=EventType.MARKED_DEAD,
-                        now=now,
-                        worker_id=worker_id,
-                        attempt=attempt,
-                        message=f"no attempts left ({run.attempts}/{run.max_attempts})",
-                    )
-                )
+                log(EventType.MARKED_DEAD, f"no attempts left ({run.attempts}/{run.max_attempts})")
         _fenced(run_id, worker_id, attempt).update(**changes)
         events.record_many(new)
         return str(changes["state"])
