@@ -14,12 +14,11 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from ..context import RunContext
 from ..db.retry import Backoff, is_transient, reset_connection, retry_transient
@@ -29,6 +28,7 @@ from ..services import runs as run_service
 from ..services import tick as tick_service
 from . import frameworks, signals
 from .execute import Attempt, Execution, call_task, describe_exception
+from .slots import task_slots
 
 if TYPE_CHECKING:
     from . import Worker
@@ -126,7 +126,7 @@ class Loop:
         w = self.worker
         backoff = Backoff()
         claimed = 0
-        with _slots(self) as slots:
+        with task_slots(self) as slots:
             while True:
                 room = None if max_runs is None else max_runs - claimed
                 free = slots.free()
@@ -328,83 +328,3 @@ class Loop:
                 "database unavailable" if is_transient(exc) else "could not update the worker row",
                 error=describe_exception(exc),
             )
-
-
-class _InlineSlots:
-    """One slot: the loop's own thread runs each task as it is started."""
-
-    inline = True
-
-    def __init__(self, loop: Loop) -> None:
-        self.loop = loop
-
-    def free(self) -> int:
-        return 1
-
-    def busy(self) -> bool:
-        return False
-
-    def start(self, attempts: list[Attempt]) -> None:
-        w = self.loop.worker
-        for index, attempt in enumerate(attempts):
-            if index > 0 and w.stopping:
-                w.recorder.release_unstarted(attempts[index:])
-                return
-            self.loop.execute(attempt, flush=False)
-            if w.recorder.flush_due():
-                w.recorder.flush()
-
-    def collect(self, timeout: float) -> None:
-        pass  # everything started has finished
-
-
-class _PoolSlots:
-    """N slots: a thread pool; ``collect`` records the tasks that finished."""
-
-    inline = False
-
-    def __init__(self, loop: Loop, pool: ThreadPoolExecutor, size: int) -> None:
-        self.loop = loop
-        self.pool = pool
-        self.size = size
-        self.running: dict[Future[None], Attempt] = {}
-
-    def free(self) -> int:
-        return self.size - len(self.running)
-
-    def busy(self) -> bool:
-        return bool(self.running)
-
-    def start(self, attempts: list[Attempt]) -> None:
-        for attempt in attempts:
-            self.running[self.pool.submit(self._call, attempt)] = attempt
-
-    def _call(self, attempt: Attempt) -> None:
-        try:
-            self.loop.call(attempt)
-        finally:
-            close_old_connections()
-
-    def collect(self, timeout: float) -> None:
-        if not self.running:
-            return
-        worker = self.loop.worker
-        # With a slot free, wait in short slices, so a wake-up claims at once rather than after `timeout`.
-        step = timeout if not self.free() else min(timeout, 0.05)
-        deadline = time.monotonic() + timeout
-        while True:
-            done, _ = wait(list(self.running), timeout=step, return_when=FIRST_COMPLETED)
-            if done or time.monotonic() >= deadline or (self.free() and worker.take_wake()):
-                break
-        for future in done:
-            self.loop.worker.recorder.finish(self.running.pop(future), flush=False)
-
-
-@contextmanager
-def _slots(loop: Loop) -> Iterator[_InlineSlots | _PoolSlots]:
-    size = loop.worker.concurrency
-    if size == 1:
-        yield _InlineSlots(loop)
-        return
-    with ThreadPoolExecutor(max_workers=size, thread_name_prefix="distsched-task") as pool:
-        yield _PoolSlots(loop, pool, size)
