@@ -87,10 +87,11 @@ class _Span:
 _NO_SPAN = nullcontext(_Span())  # reusable: what every block gets while tracing is off
 
 
-def producer(name: str, attributes: Attributes) -> AbstractContextManager[_Span]:
+def producer(describe: Callable[[], tuple[str, Attributes]]) -> AbstractContextManager[_Span]:
     """The span of the code that makes a run (enqueue, trigger), current inside the block, so
-    that ``carrier()`` called there names it."""
-    return _producer(name, attributes) if active() else _NO_SPAN
+    that ``carrier()`` called there names it. ``describe()`` gives its name and attributes
+    (only called when tracing: an enqueue is a web request's hot path)."""
+    return _producer(*describe()) if active() else _NO_SPAN
 
 
 @contextmanager

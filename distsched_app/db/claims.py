@@ -1,8 +1,9 @@
-"""The claim of waiting runs in one statement on PostgreSQL: the latency path of a woken worker.
+"""The claim of waiting runs in one statement on PostgreSQL: every claim that does not look
+for expired leases (most of them; a woken worker's among them).
 
-``services.claiming.claim_runs`` is four statements and a transaction through
-the ORM, and on a woken idle worker building them costs more than running
-them: a few milliseconds between a notification and the task's start. Here
+Through the ORM the claim is four statements and a transaction, and on a woken
+idle worker building them costs more than running them: a few milliseconds
+between a notification and the task's start. Here
 the same claim is one data-modifying statement, built once: lock the due
 runs (``FOR UPDATE SKIP LOCKED``, in the order the claim index gives), mark
 the first ``started`` of them ``running`` and the rest ``leased``, append
@@ -30,7 +31,7 @@ def _q(name: str) -> str:
 
 
 def _columns(model: type[Model]) -> list[Field]:
-    return [f for f in model._meta.concrete_fields]
+    return list(model._meta.concrete_fields)
 
 
 @cache
@@ -114,9 +115,7 @@ def claim_waiting(
     claimed = []
     for row in rows:
         run = _instance(Run, row[:width])
-        if run.schedule_id is not None:
-            Run.schedule.field.set_cached_value(run, _instance(Schedule, row[width:]))
-        else:
-            Run.schedule.field.set_cached_value(run, None)
+        schedule = _instance(Schedule, row[width:]) if run.schedule_id is not None else None
+        Run.schedule.field.set_cached_value(run, schedule)
         claimed.append(run)
     return claimed

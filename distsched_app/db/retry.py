@@ -7,13 +7,15 @@ itself found the connection out of step with the server (psycopg's errors
 without a SQLSTATE, such as ``received 2 results from command 'COMMIT'`` when
 PgBouncer loses a server connection mid-transaction; Django re-raises it as
 ``InternalError``). The connection is closed (Django reconnects on the next
-query) and the call is retried after a growing wait. Anything else is the caller's business. Used by the worker
+query) and the call is retried after a growing wait. Anything else is the caller's
+business. Used by the worker
 (claims, outcomes, registration), the tick loop and the commands, so every
 loop backs off the same way.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,10 +30,8 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceErro
 
 def _raised_by_the_driver(exc: BaseException) -> bool:
     """A psycopg error that no server sent (no SQLSTATE): the connection itself is in doubt."""
-    cause = exc.__cause__
-    if cause is None or type(cause).__module__.split(".")[0] != "psycopg":
-        return False
-    return getattr(cause, "sqlstate", "") is None
+    psycopg = sys.modules.get("psycopg")  # loaded only where PostgreSQL is in use
+    return psycopg is not None and isinstance(exc.__cause__, psycopg.Error) and exc.__cause__.sqlstate is None
 
 
 def is_transient(exc: BaseException) -> bool:

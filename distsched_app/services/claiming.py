@@ -67,7 +67,7 @@ def claim_runs(
     ``start_all`` marks every claimed run ``running`` (a worker with that many
     free threads starts them all at once).
     """
-    if not include_expired:  # the latency path of a woken worker: one statement where the database allows
+    if not include_expired:  # waiting runs only: one statement where the database allows it
         claimed = claims.claim_waiting(
             worker_id=worker_id, queues=queues, lease_seconds=lease_seconds, now=now, limit=limit, start_all=start_all
         )

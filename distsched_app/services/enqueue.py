@@ -177,17 +177,16 @@ def enqueue(job: Job, *, now: datetime, policy: RetryPolicy | None = None, messa
     nothing is written and that run is returned. ``message`` is the event's (who enqueued it)."""
     new = _validated(job, policy=policy or default_policy(), now=now)
     message = storable(message, MAX_MESSAGE_CHARS)
-    if not tracing.active():
-        return _insert(new, now=now, message=message)
-    with tracing.producer(f"enqueue {new.task_name}", _producer_attributes(new)) as span:
-        enqueued = _insert(replace(new, trace_context=tracing.carrier()), now=now, message=message)
+    with tracing.producer(lambda: _producer_span(new)) as span:
+        context = tracing.carrier()
+        enqueued = _insert(new if context is None else replace(new, trace_context=context), now=now, message=message)
         span.set("messaging.message.id", str(enqueued.pk))
         span.set("distsched.run.created", enqueued.created)
         return enqueued
 
 
-def _producer_attributes(new: db_runs.NewRun) -> dict[str, str | int]:
-    return {
+def _producer_span(new: db_runs.NewRun) -> tuple[str, dict[str, str | int]]:
+    return f"enqueue {new.task_name}", {
         "messaging.operation.type": "send",
         "messaging.destination.name": new.queue,
         "distsched.task": new.task_name,
@@ -274,7 +273,7 @@ def enqueue_many(jobs: Sequence[Job], *, now: datetime, policy: RetryPolicy | No
         raise ValidationError(
             "unique keys are not supported by enqueue_many: enqueue those one by one", field="unique_key"
         )
-    with tracing.producer("enqueue_many", {"messaging.batch.message_count": len(new)}):
+    with tracing.producer(lambda: ("enqueue_many", {"messaging.batch.message_count": len(new)})):
         context = tracing.carrier()
         if context is not None:
             new = [replace(n, trace_context=context) for n in new]

@@ -186,7 +186,7 @@ def trigger_schedule(name: str, *, now: datetime, message: str = "triggered manu
     The returned run carries ``schedule_name`` (as list queries annotate it).
     """
     name = _lookup_name(name)
-    with tracing.producer(f"trigger {name}", {"distsched.schedule": name}) as span:
+    with tracing.producer(lambda: (f"trigger {name}", {"distsched.schedule": name})) as span:
         triggered = db_runs.insert_triggered(name, now=now, message=message, trace_context=tracing.carrier())
         if triggered is None:
             raise ScheduleNotFound(f"no schedule named {name!r}")

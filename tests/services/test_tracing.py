@@ -192,7 +192,7 @@ sys.modules["opentelemetry"] = None  # import opentelemetry -> ImportError
 from distsched_app import tracing
 assert not tracing.ENABLED
 assert tracing.carrier() is None
-with tracing.producer("enqueue x", {"a": 1}) as span:
+with tracing.producer(lambda: ("enqueue x", {"a": 1})) as span:
     span.set("b", 2)
 with tracing.consumer({"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}, lambda: ("run x", {})) as span:
     span.fail(ValueError("boom"))
@@ -215,7 +215,7 @@ from opentelemetry import trace
 from distsched_app import tracing
 assert tracing.ENABLED and not tracing.active()
 with trace.get_tracer("x").start_as_current_span("request"):
-    with tracing.producer("enqueue x", {}) as span:
+    with tracing.producer(lambda: ("enqueue x", {})) as span:
         assert tracing.carrier() is None
 print("ok")
 """

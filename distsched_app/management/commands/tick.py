@@ -10,7 +10,7 @@ from typing import Any
 from ... import checks
 from ...clock import current_clock
 from ...conf import conf
-from ...db.retry import Backoff, is_transient, reset_connection, retry_transient
+from ...db.retry import Backoff, is_transient, reset_connection
 from ...services.tick import tick
 from ..base import DistschedCommand, seconds_up_to
 
@@ -42,34 +42,26 @@ class Command(DistschedCommand):
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         # Transient database errors (connection lost, database locked) wait 2x, 4x, ... the
-        # interval, at most 30 s, then tick again; the helper closes the broken connection.
-        # Any other error is logged with its traceback and waited out the same way: a ticker
-        # that exits stops every schedule, so it never does until asked to.
+        # interval, at most 30 s, then tick again on a fresh connection. Any other error is
+        # logged with its traceback and waited out the same way: a ticker that exits stops
+        # every schedule, so it never does until asked to.
         backoff = Backoff(initial=min(interval * 2, 30.0), maximum=30.0)
-
-        def log_retry(exc: BaseException, delay: float) -> None:
-            logger.warning(
-                "database error in tick loop; backing off", extra={"distsched": {"error": str(exc), "retry_in": delay}}
-            )
-
         while not stop.is_set():
             try:
-                retry_transient(
-                    lambda: tick(now=current_clock().now()),
-                    backoff=backoff,
-                    give_up=lambda tries, elapsed: stop.is_set(),
-                    on_retry=log_retry,
-                    wait=stop.wait,
-                )
+                tick(now=current_clock().now())
             except Exception as exc:  # logged and retried with backoff: never stops the ticker
-                if stop.is_set() and is_transient(exc):
-                    break  # asked to stop while the database was failing
                 delay = backoff.next_delay()
-                logger.error(
-                    "tick failed; backing off",
-                    exc_info=True,
-                    extra={"distsched": {"error": f"{type(exc).__name__}: {exc}", "retry_in": delay}},
-                )
+                if is_transient(exc):
+                    logger.warning(
+                        "database error in tick loop; backing off",
+                        extra={"distsched": {"error": str(exc), "retry_in": delay}},
+                    )
+                else:
+                    logger.error(
+                        "tick failed; backing off",
+                        exc_info=True,
+                        extra={"distsched": {"error": f"{type(exc).__name__}: {exc}", "retry_in": delay}},
+                    )
                 reset_connection()
                 stop.wait(delay)
                 continue
