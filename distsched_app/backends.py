@@ -28,13 +28,13 @@ from django.core import checks
 from . import task_results
 from .backoff import RetryPolicy
 from .clock import current_clock
-from .errors import DistschedError
-from .framework import BaseTaskBackend, InvalidTask, TaskResultDoesNotExist, normalize_json, task_enqueued
+from .errors import DistschedError, ValidationError
+from .framework import BaseTaskBackend, InvalidTask, TaskResultDoesNotExist, task_enqueued
 from .models import Run
 from .registry import registry
 from .services import enqueue as enqueue_service
 from .services.runs import get_run
-from .services.validation import QUEUE_RE
+from .services.validation import QUEUE_RE, framework_payload
 
 OPTION_NAMES = {
     "MAX_ATTEMPTS": "max_attempts",
@@ -80,12 +80,17 @@ class DistschedBackend(BaseTaskBackend):
         if self.policy is None:
             raise InvalidTask(f"TASKS[{self.alias!r}] is misconfigured: {self._policy_error}")
         job = enqueue_service.Job(
-            task_name=task.module_path, args=normalize_json(args), kwargs=normalize_json(kwargs),
+            task_name=task.module_path, args=framework_payload(args, field="args"),
+            kwargs=framework_payload(kwargs, field="kwargs"),
             queue=task.queue_name, priority=task.priority, run_after=task.run_after, unique_key=unique_key,
         )  # fmt: skip
         enqueued = enqueue_service.enqueue(job, now=current_clock().now(), policy=self.policy)
-        if not enqueued.created:
-            return task_results.result_of(enqueued.run, task)
+        if not enqueued.created:  # this task's unfinished run holding the key, shown as get_result shows it
+            entry = registry.find(task.module_path)
+            held = task
+            if entry is not None and entry.framework_task is not None:
+                held = task_results.task_of(entry, enqueued.run, backend=self.alias)
+            return task_results.result_of(enqueued.run, held)
         result = task_results.enqueued(enqueued, task)
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -95,7 +100,7 @@ class DistschedBackend(BaseTaskBackend):
         entry = registry.find(run.task_name)
         if entry is None or entry.framework_task is None:  # not a framework task's run
             raise TaskResultDoesNotExist(result_id)
-        return task_results.result_of(run, task_results.task_of(entry, run).using(backend=self.alias))
+        return task_results.result_of(run, task_results.task_of(entry, run, backend=self.alias))
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         problems: list[checks.CheckMessage] = []
@@ -123,14 +128,18 @@ def _run(result_id: Any) -> Run:
 
 
 def enqueue_unique(task: Any, key: str, /, *args: Any, **kwargs: Any) -> Any:
-    """Enqueue ``task`` unless a run with ``key`` is not finished yet; then return that run's result.
+    """Enqueue ``task`` unless a run of ``task`` with ``key`` is not finished yet; then return that
+    run's result. Keys are per task: another task's run with the same key does not count.
 
-    Enforced by the database (a partial unique index over active runs), so two
-    concurrent enqueuers get one run between them.
+    Enforced by the database (a partial unique index over active runs, on task and key), so two
+    concurrent enqueuers get one run between them. A blank key is refused (``ValidationError`` on
+    ``unique_key``): it would enqueue without any uniqueness.
     """
     backend = task.get_backend()
     if not isinstance(backend, DistschedBackend):
         raise InvalidTask(f"enqueue_unique needs a DistschedBackend, not {type(backend).__name__}")
+    if isinstance(key, str) and not key.strip():
+        raise ValidationError(f"enqueue_unique needs a unique_key that is not blank, not {key!r}", field="unique_key")
     return backend._enqueue(task, args, kwargs, unique_key=key)
 
 

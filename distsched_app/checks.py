@@ -21,6 +21,7 @@ def check_distsched_settings(app_configs, **kwargs):
         if key not in DEFAULTS:
             problems.append(Warning(f"Unknown DISTSCHED setting {key!r}.", id="distsched.W001"))
     problems.extend(value_errors(user))
+    problems.extend(queues_errors(user))
     problems.extend(sqlite_mode_warnings(settings.DATABASES))
     lease = user.get("LEASE_SECONDS", DEFAULTS["LEASE_SECONDS"])
     beat = user.get("HEARTBEAT_SECONDS", DEFAULTS["HEARTBEAT_SECONDS"])
@@ -79,3 +80,24 @@ def value_errors(user: dict) -> list[Error]:
                 )
             )
     return problems
+
+
+def queues_errors(user: dict) -> list[Error]:
+    """``QUEUES``: None (any well-formed name), or a non-empty list of well-formed names with ``default``."""
+    from .services.validation import QUEUE_RE
+
+    queues = user.get("QUEUES")
+    if queues is None:
+        return []
+    names = list(queues) if isinstance(queues, list | tuple) else None
+    if not names or not all(isinstance(q, str) and QUEUE_RE.fullmatch(q) for q in names):
+        return [
+            Error(
+                f"DISTSCHED['QUEUES'] must be None or a non-empty list of queue names, not {queues!r}.",
+                hint="A queue name has 1-100 letters, digits, '.', '-' and '_'.",
+                id="distsched.E003",
+            )
+        ]
+    if "default" not in names:
+        return [Error("DISTSCHED['QUEUES'] must include 'default' (where runs go unless told).", id="distsched.E003")]
+    return []

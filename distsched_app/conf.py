@@ -26,6 +26,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_ERROR_CHARS": 20000,
     "MAX_CLOCK_SKEW_SECONDS": 2,
     "METRICS_PUBLIC": False,
+    "METRICS_MAX_QUEUES": 50,
+    "QUEUES": None,
     "LOG_FORMAT": "text",
     "TICK_BATCH_SIZE": 5000,
     "PREFETCH": 32,
@@ -48,11 +50,12 @@ RANGES: dict[str, tuple[type, float, float]] = {
     "MAX_CATCH_UP": (int, 1, 100_000),
     "MISFIRE_GRACE_SECONDS": (float, 0, 365 * 86400),
     "MAX_PAYLOAD_BYTES": (int, 2, 100 * 1024 * 1024),
-    "MAX_PAYLOAD_DEPTH": (int, 1, 1000),
+    "MAX_PAYLOAD_DEPTH": (int, 1, 100),
     "MAX_ERROR_CHARS": (int, 200, 10_000_000),
     "MAX_CLOCK_SKEW_SECONDS": (float, 0, 3600),
     "TICK_BATCH_SIZE": (int, 1, 100_000),
     "PREFETCH": (int, 1, 1000),
+    "METRICS_MAX_QUEUES": (int, 1, 10_000),
 }
 CHOICES: dict[str, tuple[object, ...]] = {
     "CATCH_UP": ("skip", "one", "all"),

@@ -60,8 +60,13 @@ class RunAtInPast(ValidationError):
     field = "run_at"
 
 
-class InvalidPayload(ValidationError):
-    """args/kwargs are not JSON, have the wrong shape, are too big or too deep."""
+class InvalidPayload(ValidationError, TypeError, ValueError):
+    """args/kwargs are not JSON, have the wrong shape, are too big or too deep.
+
+    Also a ``TypeError`` and a ``ValueError``: what Django's task framework raises for arguments it
+    cannot hold (a type JSON has not, undecodable bytes), so code written against its reference
+    backends catches every payload distsched's ``Task.enqueue`` refuses, which is always this one.
+    """
 
     field = "kwargs"
 
@@ -86,6 +91,13 @@ class RunNotFound(NotFound):
 
 class InvalidStateTransition(DistschedError):
     """The run's current state does not allow the requested action (HTTP 409)."""
+
+
+class UniqueKeyTaken(InvalidStateTransition):
+    """Another unfinished run of the same task holds the run's unique key (HTTP 409): requeueing
+    it would make two, which the database forbids (``distsched_run_unique_active_key``)."""
+
+    field = "unique_key"
 
 
 class RunCancelled(Exception):

@@ -2,7 +2,7 @@
 
 Nothing is counted in process memory: each scrape builds a fresh registry
 whose collector reads one snapshot (``services.stats.read_snapshot``,
-nine indexed aggregate queries whatever the data), so every web process
+ten indexed aggregate queries whatever the data), so every web process
 answers the same numbers however many workers, tickers and web processes
 run. This module only names and renders the metric families, and serves the view.
 
@@ -183,6 +183,14 @@ def families(s: Snapshot) -> Iterator[Metric]:
         "Seconds the most overdue active schedule's next_run_at is in the past (0: none overdue).",
         value=_age(s.now, s.oldest_overdue),
     )
+    paused = GaugeMetricFamily(
+        "distsched_queue_paused",
+        "1 for each paused queue (its runs are not claimed until it is resumed); paused queues only.",
+        labels=["queue"],
+    )
+    for queue in s.paused_queues:
+        paused.add_metric([queue], 1)
+    yield paused
 
 
 def _age(now: datetime, then: datetime | None) -> float:

@@ -1,7 +1,8 @@
 """Durable state: schedules, runs, workers and the append-only run history.
 
 Fields, states, constraints, indexes and the QuerySet vocabulary the services
-use (``due``, ``waiting``, ``alive``/``stale``/``stopped``). Transitions live in ``services``.
+use (``due``, ``waiting``, ``claimable``, ``alive``/``stale``/``stopped``). Transitions live in
+``services``. Queue pauses and their history are in ``queue_models`` (re-exported here).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from django.db.models import Q
 
 from .conf import conf
 from .fields import StorableJSONField
+from .queue_models import QueueAction, QueueEvent, QueuePause, not_paused_sql  # noqa: F401 - re-exported
 
 
 class ScheduleKind(models.TextChoices):
@@ -158,6 +160,11 @@ class RunQuerySet(models.QuerySet):
             qs = qs.filter(queue__in=list(queues))
         return qs.order_by("-priority", "available_at", "id")
 
+    def claimable(self, now: datetime, queues: list[str] | tuple[str, ...] | None = None) -> RunQuerySet:
+        """``waiting`` runs a worker may claim: not in a paused queue (the rule ``db.claims`` states too)."""
+        column = f'"{self.model._meta.db_table}"."queue"'
+        return cast(RunQuerySet, self.waiting(now, queues).extra(where=[not_paused_sql(column)]))  # noqa: S610
+
     def lease_expired(self, now: datetime, queues: list[str] | tuple[str, ...] | None = None) -> RunQuerySet:
         """Leased or running runs whose owner missed its lease deadline."""
         qs = _literal_states(self, LEASED_STATES).filter(lease_expires_at__lte=now)
@@ -205,7 +212,7 @@ class Run(models.Model):
     priority = models.SmallIntegerField(default=0, db_default=0)
     # The retry policy of a run without a schedule ({"attempts", "base", "cap", "jitter"}); else the schedule's.
     retry_policy = StorableJSONField(null=True, blank=True)
-    # Unique enqueue: at most one active (not finished) run per key, enforced by a partial unique index.
+    # Unique enqueue: at most one active (not finished) run per task and key, enforced by a partial unique index.
     unique_key = models.CharField(max_length=255, blank=True, default="", db_default="")
     # OpenTelemetry: the trace context of the code that enqueued or triggered the run (the
     # propagator's carrier, e.g. {"traceparent": "00-..."}); its execution span continues that trace.
@@ -223,9 +230,10 @@ class Run(models.Model):
                 condition=Q(origin="schedule"),
                 name="distsched_run_unique_slot",
             ),
-            # Unique enqueue: while a run with this key is not finished, no second one.
+            # Unique enqueue: while a run of a task with this key is not finished, no second one of that
+            # task (keys are the task's own: another task's run with the same key is no duplicate).
             models.UniqueConstraint(
-                fields=["unique_key"],
+                fields=["task_name", "unique_key"],
                 condition=Q(state__in=["pending", "leased", "running", "retrying"]) & ~Q(unique_key=""),
                 name="distsched_run_unique_active_key",
             ),

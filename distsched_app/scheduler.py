@@ -11,7 +11,7 @@ from typing import Any
 
 from .clock import Clock, current_clock
 from .models import Run, Schedule
-from .services import claiming, runs, schedules, stats, tick
+from .services import claiming, queues, runs, schedules, stats, tick
 from .services.stats import Stats
 from .worker import Worker
 
@@ -44,6 +44,13 @@ class Scheduler:
 
     def resume(self, name: str) -> Schedule:
         return schedules.resume_schedule(name, now=self.now())
+
+    def pause_queue(self, name: str, *, by: str = "code", reason: str = "") -> queues.QueueChange:
+        """Stop claims of the queue's runs until it is resumed (``services.queues.pause_queue``)."""
+        return queues.pause_queue(name, now=self.now(), by=by, reason=reason)
+
+    def resume_queue(self, name: str, *, by: str = "code") -> queues.QueueChange:
+        return queues.resume_queue(name, now=self.now(), by=by)
 
     def trigger(self, name: str) -> Run:
         return schedules.trigger_schedule(name, now=self.now())

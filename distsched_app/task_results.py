@@ -14,10 +14,11 @@ from datetime import datetime
 from typing import Any
 
 from .context import RunContext
-from .framework import TaskContext, TaskError, TaskResult, TaskResultStatus, task_finished, task_started
+from .framework import InvalidTask, TaskContext, TaskError, TaskResult, TaskResultStatus, task_finished, task_started
 from .models import Run, RunState
 from .registry import TaskEntry
 from .services.runs import AttemptHistory, attempt_history
+from .text import UndecodableJSON
 
 STATUS_OF_STATE: dict[str, Any] = {
     RunState.PENDING: TaskResultStatus.READY,
@@ -54,11 +55,24 @@ class DistschedTaskContext(TaskContext):
         self.run.raise_if_cancelled()
 
 
-def task_of(entry: TaskEntry, run: Run) -> Any:
-    """The framework Task a run executes, with the run's own priority and queue."""
+def task_of(entry: TaskEntry, run: Run, *, backend: str | None = None) -> Any:
+    """The framework Task a run executes, with the run's own priority and queue (on ``backend``,
+    an alias, when given).
+
+    The framework refuses a Task on a queue its backend does not accept (``InvalidTaskError``).
+    Schedules and enqueues are checked for that, but a run written before (or whose queue left
+    ``QUEUES`` since) is seen on its task's declared queue instead: it still runs, sends its
+    signals and has a result, rather than failing every attempt on its own description.
+    """
     task = entry.framework_task
-    if task.priority != run.priority or task.queue_name != run.queue:
-        task = task.using(priority=run.priority, queue_name=run.queue)
+    wanted = {"priority": run.priority, "queue_name": run.queue, "backend": backend or task.backend}
+    for changes in (wanted, {**wanted, "queue_name": task.queue_name}):
+        if all(getattr(task, name) == value for name, value in changes.items()):
+            return task
+        try:
+            return task.using(**changes)
+        except InvalidTask:
+            continue
     return task
 
 
@@ -86,8 +100,9 @@ def build(
         started_at=history.first_started_at,
         finished_at=run.finished_at if status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED) else None,
         last_attempted_at=history.last_started_at,
-        args=list(run.args),
-        kwargs=dict(run.kwargs),
+        # Arguments too deep to decode (``UndecodableJSON``) are not the call's: none are shown.
+        args=[] if isinstance(run.args, UndecodableJSON) else list(run.args),
+        kwargs={} if isinstance(run.kwargs, UndecodableJSON) else dict(run.kwargs),
         backend=task.backend,
         errors=_errors(history),
         worker_ids=list(history.worker_ids),

@@ -103,6 +103,43 @@ def clean_json(value: Any) -> Any:
     return value
 
 
+def nesting_exceeds(value: Any, limit: int) -> bool:
+    """Whether decoded JSON is nested deeper than ``limit`` levels (iterative: a deep value
+    cannot overflow the stack while it is measured)."""
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if level > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, level + 1) for v in item)
+    return False
+
+
+# Deeper than any value distsched accepts (``MAX_PAYLOAD_DEPTH`` is at most 100) and far below
+# what decoding, rendering or serialising can handle anywhere (about a thousand levels).
+MAX_DECODED_DEPTH = 200
+
+
+class UndecodableJSON(dict):
+    """Stands in for a stored JSON value nested too deeply to decode or render safely (a row
+    written by hand, by a bug, or under an older, looser limit): ``{"undecodable": why}``.
+
+    Every adapter renders it like any object, so one such row cannot break a list for everyone;
+    a worker that claims a run holding one marks the run dead without calling its task.
+    """
+
+    def __init__(self, text: str) -> None:
+        why = f"stored JSON nested deeper than {MAX_DECODED_DEPTH} levels ({len(text)} characters)"
+        super().__init__(undecodable=why)
+
+    @property
+    def reason(self) -> str:
+        return str(self["undecodable"])
+
+
 # A JSON escape of NUL or of a surrogate: all a JSON text needs to decode to unstorable text.
 _JSON_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
 
@@ -110,10 +147,20 @@ _JSON_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
 class StorableJSONDecoder(json.JSONDecoder):
     """The decoder of distsched's JSON columns: rows written before the storable-text rule
     (SQLite keeps ``\\ud800`` escapes in JSON text) come out escaped, so no adapter that
-    renders them as UTF-8 (API, admin, CLI) can fail. Plain rows pay one regex search."""
+    renders them as UTF-8 (API, admin, CLI) can fail. A value nested deeper than
+    ``MAX_DECODED_DEPTH`` comes out as ``UndecodableJSON``. Plain rows pay one regex search
+    and two counts of brackets."""
 
     def decode(self, s: str, *args: Any, **kwargs: Any) -> Any:
-        value = super().decode(s, *args, **kwargs)
+        if s.count("[") + s.count("{") > MAX_DECODED_DEPTH:  # only then can it be too deep
+            try:
+                value = super().decode(s, *args, **kwargs)
+            except RecursionError:
+                return UndecodableJSON(s)
+            if nesting_exceeds(value, MAX_DECODED_DEPTH):
+                return UndecodableJSON(s)
+        else:
+            value = super().decode(s, *args, **kwargs)
         if _JSON_ESCAPE.search(s) is not None and unstorable_in(value) is not None:
             return clean_json(value)
         return value

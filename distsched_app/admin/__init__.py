@@ -12,6 +12,7 @@ ModelAdmins below registers them (each module uses ``@admin.register``).
     schedules  ScheduleAdmin               forms      the schedule form
     runs       RunAdmin                    events     RunEventAdmin and the run page's history
     workers    WorkerAdmin                 lists      paginator and list filters
+    queues     QueuePauseAdmin (paused queues: pause, resume), QueueEventAdmin (their history)
     dashboard  the dashboard view          chart      the dashboard's SVG chart geometry
     support    clock, applying, reporting  mixins     stylesheet, change-page buttons
     display    formatting
@@ -20,11 +21,12 @@ ModelAdmins below registers them (each module uses ``@admin.register``).
 from django.contrib import admin
 
 from .events import RunEventAdmin
+from .queues import QueueEventAdmin, QueuePauseAdmin
 from .runs import RunAdmin
 from .schedules import ScheduleAdmin
 from .workers import WorkerAdmin
 
-__all__ = ["RunAdmin", "RunEventAdmin", "ScheduleAdmin", "WorkerAdmin"]
+__all__ = ["QueueEventAdmin", "QueuePauseAdmin", "RunAdmin", "RunEventAdmin", "ScheduleAdmin", "WorkerAdmin"]
 
 # The admin index links to the dashboard unless the project has its own index template.
 if admin.site.index_template is None:

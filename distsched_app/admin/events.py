@@ -15,7 +15,7 @@ from django.utils.html import format_html
 from ..models import Run, RunEvent
 from .display import change_url, timestamp_field
 from .lists import LargeTablePaginator, parse_id
-from .mixins import DistschedMedia, StorableLookupsMixin
+from .mixins import DistschedMedia, ReadOnlyAdminMixin, StorableLookupsMixin
 
 
 class RunEventInline(admin.TabularInline):
@@ -42,7 +42,7 @@ class RunEventInline(admin.TabularInline):
 
 
 @admin.register(RunEvent)
-class RunEventAdmin(DistschedMedia, StorableLookupsMixin, admin.ModelAdmin):
+class RunEventAdmin(DistschedMedia, ReadOnlyAdminMixin, StorableLookupsMixin, admin.ModelAdmin):
     list_display = ("id", "at", "run_link", "event_type", "attempt", "worker_id", "short_message")
     sortable_by = ("id",)
     list_filter = ("event_type",)
@@ -56,15 +56,6 @@ class RunEventAdmin(DistschedMedia, StorableLookupsMixin, admin.ModelAdmin):
     fields = ("id", "run_link", "event_type", "attempt", "worker_id", "message", "at")
     readonly_fields = fields
     at = timestamp_field("created_at", "at (UTC)", ms=True)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()

@@ -12,14 +12,15 @@ from datetime import datetime
 from typing import Any
 
 from django import forms
+from django.forms.fields import InvalidJSONInput, JSONString
 
 from ..clock import current_clock
 from ..conf import conf
-from ..errors import DistschedError
+from ..errors import DistschedError, InvalidPayload
 from ..models import Schedule
 from ..registry import registry
 from ..services.schedules import UPDATABLE_FIELDS
-from ..services.validation import validate_name, validate_schedule_fields
+from ..services.validation import decode_payload, validate_name, validate_schedule_fields
 from ..text import storable
 
 FORM_FIELDS = [
@@ -45,7 +46,29 @@ FORM_FIELDS = [
 
 
 class StorableJSONFormField(forms.JSONField):
-    """Re-displays what the operator typed (even text the service refused) so it renders as UTF-8."""
+    """Decodes with the service's rule for typed payloads (``decode_payload``: a field error, where
+    Django's field raises ``RecursionError`` for deep nesting and ``ValueError`` for a number of
+    thousands of digits), and re-displays what the operator typed (even text the service refused)
+    so it renders as UTF-8."""
+
+    payload = "args"  # the field it decodes, named in its errors; ScheduleAdminForm sets it
+
+    def to_python(self, value: Any) -> Any:
+        if self.disabled or not isinstance(value, str) or value in self.empty_values:
+            return super().to_python(value)
+        try:
+            converted = decode_payload(value, field=self.payload)
+        except InvalidPayload as exc:
+            raise forms.ValidationError(exc.message, code="invalid") from None
+        return JSONString(converted) if isinstance(converted, str) else converted
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if self.disabled or not isinstance(data, str):
+            return super().bound_data(data, initial)
+        try:
+            return decode_payload(data, field=self.payload)
+        except InvalidPayload:
+            return InvalidJSONInput(data)  # shown as typed
 
     def prepare_value(self, value: Any) -> Any:
         prepared = super().prepare_value(value)
@@ -82,6 +105,8 @@ class ScheduleAdminForm(forms.ModelForm):
             choices=[("", "---------"), *choices], help_text="A task registered with @task."
         )
         self.fields["kind"].required = False
+        for payload in ("args", "kwargs"):
+            self.fields[payload].payload = payload  # type: ignore[attr-defined]  # a StorableJSONFormField
         if self.instance.pk:
             self.fields["name"].disabled = True
         else:

@@ -24,13 +24,15 @@ MAX_ID = 2**63 - 1
 
 
 def parse_id(term: str, *, marked: bool = False) -> int | None:
-    """``"17"`` (or ``"#17"``; only ``"#17"`` when ``marked``) as a row id; None for anything else,
-    including numbers too big for a bigint column (which PostgreSQL would refuse with an error)."""
+    """``"17"`` (or ``"#17"``; only ``"#17"`` when ``marked``) as a row id; None for anything else:
+    digits ``int()`` refuses (``"²"``, ``"①"`` pass ``isdigit()``), other scripts' digits (``"٣"``),
+    and numbers too big for a bigint column (PostgreSQL would refuse them with an error; past
+    4,300 digits ``int()`` itself refuses). The caller then searches the term as text."""
     if term.startswith("#"):
         term = term[1:]
     elif marked:
         return None
-    if not term.isdigit() or int(term) > MAX_ID:
+    if not (term.isascii() and term.isdigit()) or len(term) > len(str(MAX_ID)) or int(term) > MAX_ID:
         return None
     return int(term)
 

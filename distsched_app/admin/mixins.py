@@ -1,5 +1,5 @@
-"""What the distsched ModelAdmins inherit: the admin stylesheet, changelists that refuse
-unstorable query text, and POST-only buttons on change pages.
+"""What the distsched ModelAdmins inherit: the admin stylesheet, read-only histories,
+changelists that refuse unstorable query text, and POST-only buttons on change pages.
 
 A button is a URL under the object's change page (``<id>/pause/``): POST only, it asks
 ``check_object_action`` (the permission), calls ``<name>_object`` (one service call
@@ -29,6 +29,19 @@ class DistschedMedia:
 
 # The mixin is only ever mixed into a ModelAdmin: type-check it as one.
 _ModelAdminBase: Any = ModelAdmin if TYPE_CHECKING else object
+
+
+class ReadOnlyAdminMixin(_ModelAdminBase):
+    """An append-only history: shown, never added, changed or deleted through the admin."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 class StorableLookupsMixin(_ModelAdminBase):

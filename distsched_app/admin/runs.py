@@ -13,17 +13,19 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.urls import path
 from django.utils.html import format_html
 
-from ..models import Run, RunState, Schedule
+from ..models import QueuePause, Run, RunState, Schedule
 from ..services import enqueue as enqueue_service
+from ..services import queues as queue_service
 from ..services import runs as run_service
 from ..services.outcomes import retry_policy_of
 from . import dashboard
-from .display import change_url, pretty_json, state_badge, timestamp_field
+from .display import change_url, pretty_json, state_badge, timestamp_field, ts
 from .events import RunEventInline
 from .lists import (
     LargeTablePaginator,
@@ -87,6 +89,7 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
                     "state_badge",
                     "origin",
                     "queue",
+                    "queue_pause",
                     "priority",
                     "unique_key_text",
                     "idempotency_key",
@@ -202,6 +205,21 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
             " (cancel requested)" if obj.cancel_requested and obj.state in run_service.CANCELLABLE_COOPERATIVELY else ""
         )
         return format_html("{}{}", state_badge(obj.state), extra)
+
+    @admin.display(description="queue paused")
+    def queue_pause(self, obj: Run) -> str:
+        """Why a waiting run of a paused queue is not claimed (one query, on the run's page only)."""
+        pause = queue_service.pause_of(obj.queue)
+        if pause is None:
+            return "no"
+        why = format_html(": “{}”", pause.reason) if pause.reason else ""
+        return format_html(
+            "<a href='{}'>paused</a> by {} at {} UTC{} (its waiting runs are not claimed until it is resumed)",
+            change_url(QueuePause, quote(pause.pk)),  # the admin's quoting: a queue name may hold "_"
+            pause.paused_by,
+            ts(pause.paused_at),
+            why,
+        )
 
     @admin.display(description="attempts")
     def attempts_of(self, obj: Run) -> str:

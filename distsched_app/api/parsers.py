@@ -19,6 +19,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 from rest_framework.utils.json import strict_constant
 
+from ..text import nesting_exceeds
 from .errors import body_too_large
 
 MAX_DEPTH = 64
@@ -29,20 +30,6 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"number {text} is out of range")
     return value
-
-
-def _depth_exceeds(value: Any, limit: int) -> bool:
-    """Iterative, so checking the depth cannot itself overflow the stack."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-    return False
 
 
 class BoundedJSONParser(JSONParser):
@@ -60,6 +47,6 @@ class BoundedJSONParser(JSONParser):
             raise ParseError(f"JSON parse error - nested deeper than {MAX_DEPTH} levels") from None
         except (ValueError, LookupError) as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
-        if _depth_exceeds(data, MAX_DEPTH):
+        if nesting_exceeds(data, MAX_DEPTH):
             raise ParseError(f"JSON parse error - nested deeper than {MAX_DEPTH} levels")
         return data

@@ -22,6 +22,7 @@ from ..models import (
     CatchUp,
     Liveness,
     Overlap,
+    QueuePause,
     Run,
     RunEvent,
     Schedule,
@@ -31,8 +32,10 @@ from ..models import (
 )
 from ..services import enqueue as enqueue_service
 from ..services import queries
+from ..services import queues as queue_service
 from ..services import schedules as schedule_service
 from ..services.validation import MAX_ATTEMPTS_LIMIT, MAX_INTERVAL_SECONDS, NAME_MAX, QUEUE_RE
+from ..text import UndecodableJSON
 from .fields import (
     StrictBooleanField,
     StrictCharField,
@@ -94,9 +97,16 @@ RUN_FIELDS = [
 ]
 
 
+class _StoredJSONList(serializers.ListField):
+    """Renders a stored value too deep to decode (``UndecodableJSON``) as the object it is."""
+
+    def to_representation(self, data: Any) -> Any:
+        return dict(data) if isinstance(data, UndecodableJSON) else super().to_representation(data)
+
+
 def json_list(**options: Any) -> serializers.ListField:
     """A JSON array of anything (``args``)."""
-    return serializers.ListField(child=serializers.JSONField(allow_null=True), **options)
+    return _StoredJSONList(child=serializers.JSONField(allow_null=True), **options)
 
 
 def json_object(**options: Any) -> serializers.DictField:
@@ -201,6 +211,33 @@ class RunSerializer(serializers.ModelSerializer):
         return None if policy is None else enqueue_service.policy_fields(policy)
 
 
+class QueuePauseSerializer(serializers.ModelSerializer):
+    """A queue's pause: when, by whom (``user:<username>``, ``cli:<os user>``, or what code passed), why."""
+
+    class Meta:
+        model = QueuePause
+        fields = ["paused_at", "paused_by", "reason"]
+        read_only_fields = fields
+
+
+class RunDetailSerializer(RunSerializer):
+    """``GET /api/runs/{id}``: the run, and its queue's pause when that queue is paused (one more query)."""
+
+    queue_pause = serializers.SerializerMethodField(
+        help_text="While the run's queue is paused (its waiting runs are not claimed): who paused it, when "
+        "and why; null otherwise."
+    )
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RUN_FIELDS, "queue_pause"]
+        read_only_fields = fields
+
+    @extend_schema_field(QueuePauseSerializer(allow_null=True))
+    def get_queue_pause(self, run: Run) -> dict[str, Any] | None:
+        pause = queue_service.pause_of(run.queue)
+        return None if pause is None else QueuePauseSerializer(pause).data
+
+
 class EnqueuedRunSerializer(RunSerializer):
     """``POST /api/runs``' answer: the run, and whether this request created it.
 
@@ -219,6 +256,33 @@ class EnqueuedRunSerializer(RunSerializer):
     @extend_schema_field(serializers.BooleanField())
     def get_created(self, run: Run) -> bool:
         return bool(self.context["created"])
+
+
+def key_held(task_name: str, unique_key: str) -> dict[str, Any]:
+    """``POST /api/runs``' answer when an unfinished run of the task already holds the unique key,
+    to a caller who may not read runs (neither ``view_run`` nor ``change_run``, e.g. an account
+    holding ``add_run`` alone): what the caller sent, and ``created`` false. The run holding the key
+    is not theirs to see, so a guessed key discloses none of it (its id, arguments, state, result)."""
+    return {"created": False, "task_name": task_name, "unique_key": unique_key}
+
+
+# The 200 answer of POST /api/runs: the run holding the key (EnqueuedRunSerializer), or key_held()'s
+# body; closed (no additional properties), so that exactly one of the two describes any answer.
+KEY_HELD_SCHEMA = {
+    "oneOf": [
+        {"$ref": "#/components/schemas/EnqueuedRun"},
+        {
+            "type": "object",
+            "properties": {
+                "created": {"type": "boolean", "enum": [False]},
+                "task_name": {"type": "string", "description": "As sent."},
+                "unique_key": {"type": "string", "description": "As sent."},
+            },
+            "required": ["created", "task_name", "unique_key"],
+            "additionalProperties": False,
+        },
+    ]
+}
 
 
 class RunEventSerializer(serializers.ModelSerializer):
@@ -375,7 +439,8 @@ class RunEnqueueSerializer(serializers.Serializer):
         max_length=enqueue_service.UNIQUE_KEY_MAX,
         required=False,
         allow_blank=True,
-        help_text="While an unfinished run holds this key, the answer is that run (200, created false).",
+        trim_whitespace=False,  # a key is taken as given, as everywhere else; a blank one is refused
+        help_text="While an unfinished run of this task holds this key, nothing is written (200, created false).",
     )
     max_attempts = StrictIntegerField(min_value=1, max_value=MAX_ATTEMPTS_LIMIT, required=False)
     retry_base_seconds = StrictFloatField(min_value=0, max_value=RANGES["RETRY_BASE_SECONDS"][2], required=False)

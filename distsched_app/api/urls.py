@@ -9,6 +9,7 @@ from django.urls import re_path
 from rest_framework.routers import SimpleRouter
 
 from .errors import not_found
+from .queues import QueueViewSet
 from .views import DocsView, RunViewSet, ScheduleViewSet, SchemaView, StatsView, WorkerViewSet
 
 app_name = "distsched_api"
@@ -18,6 +19,7 @@ router.trailing_slash = "/?"  # the constructor only offers "/" or ""; routes ar
 router.register("schedules", ScheduleViewSet, basename="schedule")
 router.register("runs", RunViewSet, basename="run")
 router.register("workers", WorkerViewSet, basename="worker")
+router.register("queues", QueueViewSet, basename="queue")
 
 urlpatterns = [
     *router.urls,

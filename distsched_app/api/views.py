@@ -40,7 +40,9 @@ from .pagination import ByNamePagination, ByWorkerIdPagination, NewestFirstPagin
 from .parsers import BoundedJSONParser
 from .permissions import ModelPermissions, may, may_read
 from .serializers import (
+    KEY_HELD_SCHEMA,
     EnqueuedRunSerializer,
+    RunDetailSerializer,
     RunEnqueueSerializer,
     RunEventSerializer,
     RunSerializer,
@@ -50,6 +52,7 @@ from .serializers import (
     ScheduleSerializer,
     StatsSerializer,
     WorkerSerializer,
+    key_held,
 )
 
 
@@ -219,22 +222,27 @@ class ScheduleViewSet(ApiView, viewsets.GenericViewSet):
     ),
     create=extend_schema(
         summary="Enqueue a run of a registered task (no schedule; origin enqueued)",
-        description="201 with the new run (`created` true). With a `unique_key` that an unfinished run "
-        "(pending, leased, running or retrying) holds, nothing is written and the answer is 200 with that run "
-        "(`created` false). The retry options left out are DISTSCHED's defaults (`MAX_ATTEMPTS`, "
-        "`RETRY_BASE_SECONDS`, `RETRY_MAX_SECONDS`, no jitter). Needs the `add_run` permission.",
+        description="201 with the new run (`created` true). With a `unique_key` that an unfinished run of the "
+        "same task (pending, leased, running or retrying) holds, nothing is written and the answer is 200 with "
+        "`created` false: that run, to a caller who may read runs (`view_run` or `change_run`); otherwise only "
+        "`task_name` and `unique_key` as sent. The retry options left out are DISTSCHED's defaults "
+        "(`MAX_ATTEMPTS`, `RETRY_BASE_SECONDS`, `RETRY_MAX_SECONDS`, no jitter). Needs the `add_run` permission.",
         request=RunEnqueueSerializer,
         examples=ENQUEUE_EXAMPLES,
         responses={
             201: EnqueuedRunSerializer,
             200: OpenApiResponse(
-                EnqueuedRunSerializer, description="An unfinished run already holds `unique_key`: that run."
+                KEY_HELD_SCHEMA,
+                description="An unfinished run of this task already holds `unique_key`: that run, or, to a caller "
+                "who may not read runs, `{created: false, task_name, unique_key}`.",
             ),
             **error_responses(400, 415),
         },
     ),
     retrieve=extend_schema(
-        summary="Show a run", parameters=[ID_PARAM], responses={200: RunSerializer, **error_responses(404)}
+        summary="Show a run (and its queue's pause, when paused)",
+        parameters=[ID_PARAM],
+        responses={200: RunDetailSerializer, **error_responses(404)},
     ),
 )
 class RunViewSet(ApiView, viewsets.GenericViewSet):
@@ -273,13 +281,17 @@ class RunViewSet(ApiView, viewsets.GenericViewSet):
         enqueued = enqueue_service.enqueue_declared(
             **data, retry=retry, now=self.now(), message=f"enqueued by {actor(request)} via the API"
         )
+        if not enqueued.created and not any(request.user.has_perm(perm) for perm in may_read("run")):
+            # add_run alone: the caller learns that the key is taken, not what the run holding it
+            # carries (a guessed key would otherwise read another caller's run). Only what they sent.
+            return Response(key_held(data["task_name"], data["unique_key"]), status=status.HTTP_200_OK)
         return Response(
             EnqueuedRunSerializer(enqueued.run, context={"created": enqueued.created}).data,
             status=status.HTTP_201_CREATED if enqueued.created else status.HTTP_200_OK,
         )
 
     def retrieve(self, request: Request, id: str) -> Response:
-        return Response(RunSerializer(run_service.get_run(run_id(id))).data)
+        return Response(RunDetailSerializer(run_service.get_run(run_id(id))).data)
 
     @extend_schema(
         operation_id="runs_events",

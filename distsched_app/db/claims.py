@@ -5,7 +5,7 @@ Through the ORM the claim is four statements and a transaction, and on a woken
 idle worker building them costs more than running them: a few milliseconds
 between a notification and the task's start. Here
 the same claim is one data-modifying statement, built once: lock the due
-runs (``FOR UPDATE SKIP LOCKED``, in the order the claim index gives), mark
+runs outside paused queues (``FOR UPDATE SKIP LOCKED``, in the order the claim index gives), mark
 the first ``started`` of them ``running`` and the rest ``leased``, append
 their ``claimed`` (and ``started``) events, and return the runs with their
 schedules. The rules are ``claim_runs``'; only the number of round trips differs.
@@ -23,7 +23,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Field, Model
 
-from ..models import WAITING_STATES, EventType, Run, RunEvent, RunState, Schedule
+from ..models import WAITING_STATES, EventType, Run, RunEvent, RunState, Schedule, not_paused_sql
 
 
 def _q(name: str) -> str:
@@ -43,11 +43,13 @@ def _claim_sql(queues: int) -> str:
     # the claim index (queue, priority DESC, available_at, id) in order; "queue = ANY(array)" made
     # it read and sort every waiting run.
     queue = f" AND queue IN ({', '.join(f'%(q{i})s' for i in range(queues))})" if queues else ""
+    # Paused queues' runs are not claimed: the rule RunQuerySet.claimable states, from the same function.
+    unpaused = f" AND {not_paused_sql(f'{runs}.queue')}"
     run_cols = ", ".join(f"c.{_q(f.column)}" for f in _columns(Run))
     schedule_cols = ", ".join(f"s.{_q(f.column)}" for f in _columns(Schedule))
     return (
         f"WITH picked AS (SELECT id, priority, available_at FROM {runs} "  # noqa: S608 - names and enum literals
-        f"WHERE state IN ({waiting}) AND available_at <= %(now)s{queue} "
+        f"WHERE state IN ({waiting}) AND available_at <= %(now)s{queue}{unpaused} "
         "ORDER BY priority DESC, available_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
         "ranked AS (SELECT id, row_number() OVER (ORDER BY priority DESC, available_at, id) AS n FROM picked), "
         f"claimed AS (UPDATE {runs} AS r SET "

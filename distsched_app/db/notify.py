@@ -58,17 +58,27 @@ def listening_supported() -> bool:
     return connection.vendor == "postgresql"
 
 
-def conninfo() -> str:
+def runs_database() -> str:
+    """The name the server gives the database Django's connection is on. Behind a pooler,
+    Django's ``NAME`` may be an alias of it; notifications are delivered per database."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_database()")
+        return str(cursor.fetchone()[0])
+
+
+def conninfo(dbname: str | None = None) -> str:
     """Where the listener connects: ``DISTSCHED["LISTEN_DATABASE_URL"]`` (a direct connection, not a pooler) or
-    Django's own parameters, always with Django's current database name (tests rename it: ``test_...``)."""
+    Django's own parameters, always on ``dbname`` (by default Django's current database name; tests rename
+    it: ``test_...``): the database name written in the URL is not used."""
     from psycopg.conninfo import make_conninfo
 
     settings = connection.settings_dict
+    dbname = dbname or settings["NAME"]
     url = conf.LISTEN_DATABASE_URL
     if url:
-        return make_conninfo(url, dbname=settings["NAME"])
+        return make_conninfo(url, dbname=dbname)
     params: dict[str, Any] = {
-        "dbname": settings["NAME"], "user": settings.get("USER") or None, "password": settings.get("PASSWORD") or None,
+        "dbname": dbname, "user": settings.get("USER") or None, "password": settings.get("PASSWORD") or None,
         "host": settings.get("HOST") or None, "port": settings.get("PORT") or None,
     }  # fmt: skip
     params.update({k: v for k, v in (settings.get("OPTIONS") or {}).items() if k in _LIBPQ_OPTIONS})
@@ -91,6 +101,11 @@ class Listener:
             keepalives_count=3,
         )  # fmt: skip
         self.conn.execute(f"LISTEN {CHANNEL}")
+
+    def database(self) -> str:
+        """The database this connection is on, as the server names it."""
+        row = self.conn.execute("SELECT current_database()").fetchone()
+        return str(row[0]) if row else ""
 
     def behind_a_pooler(self) -> bool:
         """The server's backend for this session is not the one the client was told: a pooler is in between."""

@@ -11,8 +11,9 @@ each vendor allows, inside the caller's transaction:
   give (``AUTOINCREMENT`` never reuses ids), and the event follows.
 
 A unique key (``Run.unique_key``) makes the INSERT ``ON CONFLICT DO NOTHING``
-against the partial unique index of active runs: a duplicate inserts nothing
-and returns no row, and never aborts the caller's transaction.
+against the partial unique index of active runs, ``(task_name, unique_key)``: a
+duplicate (an active run of the same task with that key) inserts nothing and
+returns no row, and never aborts the caller's transaction.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from . import notify
 from .bulk import server_side_execute
 from .notify import CHANNEL
 
-# The partial unique index of active runs with a key, as ON CONFLICT must name it.
+# The partial unique index of active runs with a key (per task), as ON CONFLICT must name it.
 _ACTIVE_KEY = "(state IN ('pending', 'leased', 'running', 'retrying') AND NOT (unique_key = ''))"
 
 
@@ -99,7 +100,7 @@ def _enqueue_sql(vendor: str, unique: bool, wake: bool) -> tuple[str, str]:
     """The statement(s) of one enqueue, built once per vendor (the hot path of a web request).
     ``wake``: PostgreSQL also notifies the run's queue (``db.notify``), in the same statement."""
     runs, events = _tables()
-    conflict = f" ON CONFLICT (unique_key) WHERE {_ACTIVE_KEY} DO NOTHING" if unique else ""
+    conflict = f" ON CONFLICT (task_name, unique_key) WHERE {_ACTIVE_KEY} DO NOTHING" if unique else ""
     if vendor == "postgresql":
         notify_sql = f", pg_notify('{CHANNEL}', queue)" if wake else ""
         return (

@@ -8,6 +8,10 @@ the SELECT to the COMMIT the rows are locked (PostgreSQL re-reads a locked
 row's latest version and re-checks the WHERE before handing it over) or the
 whole database is (SQLite), so nobody can change them in between. A backend
 with neither would need a compare-and-set on the state and attempt read here.
+
+Runs of a paused queue (``services.queues``) are not claimed: the waiting runs
+come from ``Run.objects.claimable``, and an expired lease in a paused queue is
+recovered (dead when out of attempts) but put back to pending, not re-claimed.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from ..clock import iso_utc
 from ..db import claims, locks
 from ..models import EventType, Run, RunEvent, RunQuerySet, RunState, Schedule
 from . import events
+from . import queues as queue_service
 
 
 def _lock(qs: RunQuerySet) -> RunQuerySet:
@@ -80,7 +85,9 @@ def claim_runs(
         candidates: list[Run] = []
         forgiven: list[int] = []
         if include_expired:
-            for run in _lock(Run.objects.lease_expired(now, queues))[:limit]:
+            expired = list(_lock(Run.objects.lease_expired(now, queues))[:limit])
+            paused = queue_service.paused_names() if expired else frozenset()  # read only when needed
+            for run in expired:
                 message = f"lease of {run.lease_owner} expired at {iso_utc(run.lease_expires_at)}"
                 if not run.cancel_requested and _never_known_to_start(run):
                     # A prefetched run of a worker that died: most likely never
@@ -89,6 +96,10 @@ def claim_runs(
                     run.max_attempts += 1
                     forgiven.append(run.pk)
                     message += "; it was prefetched and never known to start, so the attempt is not counted"
+                abandoned = run.cancel_requested or run.attempts >= run.max_attempts
+                held = not abandoned and run.queue in paused
+                if held:
+                    message += f"; queue {run.queue} is paused: back to pending until it is resumed"
                 new_events.append(
                     events.NewEvent(
                         run_id=run.pk,
@@ -99,14 +110,16 @@ def claim_runs(
                         message=message,
                     )
                 )
-                if run.cancel_requested or run.attempts >= run.max_attempts:
+                if abandoned:
                     _finish_abandoned(run, now, new_events)
+                elif held:
+                    _back_to_pending(run, now)
                 else:
                     candidates.append(run)
         if forgiven:
             Run.objects.filter(pk__in=forgiven).update(max_attempts=F("max_attempts") + 1)
         if len(candidates) < limit:
-            candidates.extend(_lock(Run.objects.waiting(now, queues))[: limit - len(candidates)])
+            candidates.extend(_lock(Run.objects.claimable(now, queues))[: limit - len(candidates)])
         if not candidates:
             events.record_many(new_events)
             return []
@@ -195,17 +208,27 @@ def _finish_abandoned(run: Run, now: datetime, new_events: list[events.NewEvent]
     new_events.append(events.NewEvent(run_id=run.pk, event_type=kind, now=now, attempt=run.attempts, message=message))
 
 
+def _back_to_pending(run: Run, now: datetime) -> None:
+    """An expired lease in a paused queue: waiting again (attempt counted, as a re-claim would
+    count it), claimed once the queue is resumed."""
+    Run.objects.filter(pk=run.pk, attempts=run.attempts, state=run.state).update(
+        state=RunState.PENDING, lease_owner="", lease_expires_at=None, available_at=now, updated_at=now
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class NextDue:
-    run: datetime | None  # earliest available_at of a waiting run
+    run: datetime | None  # earliest available_at of a claimable run (paused queues' runs are not)
     schedule: datetime | None  # earliest next_run_at of an active schedule
 
 
 def next_due(*, queues: Sequence[str] | None) -> NextDue:
-    """When the next waiting run, and the next schedule slot, come due on these
-    queues: lets an idle worker sleep until then instead of a full poll."""
+    """When the next claimable run, and the next schedule slot, come due on these
+    queues: lets an idle worker sleep until then instead of a full poll. A paused
+    queue's runs are left out: a worker would wake for a run it may not claim
+    (a resume wakes it by notification, or its next poll)."""
     queues = list(queues) if queues else None
-    runs = Run.objects.waiting(datetime.max.replace(tzinfo=timezone.utc), queues).order_by()
+    runs = Run.objects.claimable(datetime.max.replace(tzinfo=timezone.utc), queues).order_by()
     schedules = Schedule.objects.filter(paused=False, next_run_at__isnull=False)
     if queues:
         schedules = schedules.filter(queue__in=queues)

@@ -33,6 +33,7 @@ from .validation import (
     parse_datetime,
     validate_queue,
     validate_task_name,
+    validate_task_queue,
     validated_json,
 )
 
@@ -115,6 +116,9 @@ def _validated(job: Job, *, policy: RetryPolicy, now: datetime) -> db_runs.NewRu
     run_after = parse_datetime(job.run_after, field="run_after")
     if not isinstance(job.unique_key, str) or len(job.unique_key) > UNIQUE_KEY_MAX:
         raise ValidationError(f"unique_key must be a string of at most {UNIQUE_KEY_MAX} characters", field="unique_key")
+    if job.unique_key and not job.unique_key.strip():
+        # "" means no key; "  " is almost always a key built from a missing value, not a choice.
+        raise ValidationError("unique_key must not be blank (give a key, or none at all)", field="unique_key")
     check_storable(job.unique_key, field="unique_key")
     return db_runs.NewRun(
         task_name=job.task_name,
@@ -173,8 +177,8 @@ class Enqueued:
 
 def enqueue(job: Job, *, now: datetime, policy: RetryPolicy | None = None, message: str = ENQUEUED_MESSAGE) -> Enqueued:
     """Write one run and its ``created`` event in the current transaction (at most two
-    INSERTs, one statement on PostgreSQL). With a ``unique_key`` held by an active run,
-    nothing is written and that run is returned. ``message`` is the event's (who enqueued it)."""
+    INSERTs, one statement on PostgreSQL). With a ``unique_key`` held by an active run of the
+    same task, nothing is written and that run is returned. ``message`` is the event's (who enqueued it)."""
     new = _validated(job, policy=policy or default_policy(), now=now)
     message = storable(message, MAX_MESSAGE_CHARS)
     with tracing.producer(lambda: _producer_span(new)) as span:
@@ -199,7 +203,9 @@ def _insert(new: db_runs.NewRun, *, now: datetime, message: str) -> Enqueued:
         run_id = db_runs.insert_enqueued(new, now=now, message=message)
         if run_id is not None:
             return Enqueued(run_id=run_id, new=new, now=now)
-        existing = Run.objects.filter(unique_key=new.unique_key, state__in=ACTIVE_STATES).first()
+        existing = Run.objects.filter(
+            task_name=new.task_name, unique_key=new.unique_key, state__in=ACTIVE_STATES
+        ).first()  # the key is the task's own: the constraint is (task_name, unique_key)
         if existing is not None:
             return Enqueued(run_id=existing.pk, new=None, now=now, existing=existing)
     raise ValidationError(f"unique_key {new.unique_key!r} is taken and released over and over", field="unique_key")
@@ -208,13 +214,12 @@ def _insert(new: db_runs.NewRun, *, now: datetime, message: str) -> Enqueued:
 @dataclass(frozen=True)
 class Declared:
     """What a task's declaration says about its runs: a framework task's ``@task(queue_name=...,
-    priority=...)``, its backend's ``OPTIONS`` (retry policy) and ``QUEUES``; for a plain
-    registered task, the defaults."""
+    priority=...)`` and its backend's ``OPTIONS`` (retry policy); for a plain registered task, the
+    defaults. Its backend's ``QUEUES`` are ``validation.validate_task_queue``'s."""
 
     queue: str = "default"
     priority: int = 0
     policy: RetryPolicy | None = None  # None: the DISTSCHED defaults
-    queues: frozenset[str] = frozenset()  # the queues its backend accepts; empty: any
 
 
 def declared(task_name: str) -> Declared:
@@ -231,7 +236,6 @@ def declared(task_name: str) -> Declared:
         queue=task.queue_name,
         priority=task.priority,
         policy=policy if isinstance(policy, RetryPolicy) else None,
-        queues=frozenset(getattr(backend, "queues", None) or ()),
     )
 
 
@@ -253,11 +257,7 @@ def enqueue_declared(
     ``enqueue()`` would put it, with its backend's retry policy; ``retry`` overrides single fields."""
     validate_task_name(task_name)
     d = declared(task_name)
-    queue = d.queue if queue is None else queue
-    if d.queues and queue not in d.queues:
-        raise ValidationError(
-            f"queue {queue!r} is not one of its backend's QUEUES ({', '.join(sorted(d.queues))})", field="queue"
-        )
+    queue = validate_task_queue(task_name, d.queue if queue is None else queue)
     job = Job(
         task_name=task_name, args=args, kwargs=kwargs or {}, queue=queue,
         priority=d.priority if priority is None else priority, run_after=run_after, unique_key=unique_key,

@@ -65,6 +65,7 @@ def record_failure(
     error: str,
     traceback_text: str = "",
     cancelled: bool = False,
+    final: bool = False,
     rand: Callable[[], float] = random.random,
     started_at: datetime | None = None,
     record_started: bool = False,
@@ -75,7 +76,9 @@ def record_failure(
     ``cancelled`` means the task raised RunCancelled. A failure after a cancel
     request also ends ``cancelled``, never ``retrying``. ``exception_class_path``
     and the traceback are kept on the ``failed`` event (django.tasks reads them
-    as the attempt's ``TaskError``). Returns the new state, or None when the lease was lost.
+    as the attempt's ``TaskError``). ``final`` ends the run dead whatever attempts are left
+    (a failure no retry can help, such as arguments that cannot be decoded). Returns the
+    new state, or None when the lease was lost.
     """
     with transaction.atomic():
         run = locks.row_locked(_fenced(run_id, worker_id, attempt).select_related("schedule"), of=("self",)).first()
@@ -115,7 +118,7 @@ def record_failure(
             log(EventType.CANCELLED, error if cancelled else "cancel requested")
         else:
             log(EventType.FAILED, error, data=detail)
-            if run.attempts < run.max_attempts:
+            if run.attempts < run.max_attempts and not final:
                 delay = retry_policy_of(run).delay(run.attempts, rand=rand)
                 available = now + timedelta(seconds=delay)
                 changes.update(state=RunState.RETRYING, available_at=available)
@@ -127,7 +130,8 @@ def record_failure(
                 )
             else:
                 changes.update(state=RunState.DEAD, finished_at=now)
-                log(EventType.MARKED_DEAD, f"no attempts left ({run.attempts}/{run.max_attempts})")
+                left = "not retried" if final else "no attempts left"
+                log(EventType.MARKED_DEAD, f"{left} ({run.attempts}/{run.max_attempts})")
         _fenced(run_id, worker_id, attempt).update(**changes)
         events.record_many(new)
         return str(changes["state"])

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from ..db import notify
-from ..errors import InvalidStateTransition, RunNotFound
-from ..models import EventType, Run, RunEvent, RunState
+from ..errors import InvalidStateTransition, RunNotFound, UniqueKeyTaken
+from ..models import ACTIVE_STATES, EventType, Run, RunEvent, RunState
 from . import events
 from .outcomes import retry_policy_of
 
@@ -64,13 +64,34 @@ def cancel_run(run_id: int, *, now: datetime, by: str = "") -> Run:
     return run
 
 
+def _key_holder(run: Run) -> int | None:
+    """The id of another unfinished run of ``run``'s task holding its unique key, if any."""
+    if not run.unique_key:
+        return None
+    others = Run.objects.filter(task_name=run.task_name, unique_key=run.unique_key, state__in=ACTIVE_STATES)
+    return others.exclude(pk=run.pk).values_list("pk", flat=True).first()
+
+
+def _key_taken(run: Run, holder: int | None) -> UniqueKeyTaken:
+    by = f"unfinished run {holder}" if holder is not None else "an unfinished run"
+    return UniqueKeyTaken(
+        f"run {run.pk} cannot be requeued: {by} of task {run.task_name} holds its unique key {run.unique_key!r}"
+    )
+
+
 def requeue_run(run_id: int, *, now: datetime, by: str = "") -> Run:
     """Put a dead or cancelled run back to ``pending`` now with a fresh attempt
-    budget. ``attempts`` is kept, so the fencing token only ever grows."""
+    budget. ``attempts`` is kept, so the fencing token only ever grows.
+
+    A run whose unique key another unfinished run of its task holds now (enqueued
+    since this one finished) is refused with ``UniqueKeyTaken``: at most one
+    unfinished run per task and key."""
     with transaction.atomic():
         run = _locked(run_id)
         if run.state not in REQUEUEABLE:
             raise InvalidStateTransition(f"run {run.pk} is {run.state}; only dead or cancelled runs can be requeued")
+        if (holder := _key_holder(run)) is not None:
+            raise _key_taken(run, holder)
         run.state = RunState.PENDING
         run.available_at = now
         run.max_attempts = run.attempts + retry_policy_of(run).max_attempts
@@ -79,18 +100,28 @@ def requeue_run(run_id: int, *, now: datetime, by: str = "") -> Run:
         run.lease_owner = ""
         run.lease_expires_at = None
         run.updated_at = now
-        run.save(
-            update_fields=[
-                "state",
-                "available_at",
-                "max_attempts",
-                "cancel_requested",
-                "finished_at",
-                "lease_owner",
-                "lease_expires_at",
-                "updated_at",
-            ]
-        )
+        try:
+            # A savepoint: the race this closes is an enqueue of the same task and key committed
+            # after the check above (on PostgreSQL our UPDATE waits for it, then violates
+            # distsched_run_unique_active_key). The database decides; the transaction stays usable
+            # to name the holder, and the refusal rolls the whole requeue back.
+            with transaction.atomic():
+                run.save(
+                    update_fields=[
+                        "state",
+                        "available_at",
+                        "max_attempts",
+                        "cancel_requested",
+                        "finished_at",
+                        "lease_owner",
+                        "lease_expires_at",
+                        "updated_at",
+                    ]
+                )
+        except IntegrityError:
+            if not run.unique_key:
+                raise  # not the key: nothing else in this UPDATE can conflict, so it is a real fault
+            raise _key_taken(run, _key_holder(run)) from None
         notify.notify([run.queue])  # claimable now: wake an idle worker
         events.record(
             run,

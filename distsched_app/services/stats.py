@@ -8,14 +8,14 @@ Nothing here writes, and nothing reads the clock: every function takes ``now``.
   state of runs, so a run that died and was requeued still shows its death in
   the hour it happened, and a retried attempt counts once per retry.
 - ``read_snapshot``: everything one Prometheus scrape reports (``metrics``
-  renders it), in nine indexed aggregate queries whatever the data: runs by
+  renders it), in ten indexed aggregate queries whatever the data: runs by
   state, queue and origin (two ranges of the ``(state, queue, origin)`` index, ~0.1 s at a
   million runs, the only cost that grows with all history; ``distsched prune``
   keeps it down; see ``run_counts`` for the 10 s cache on a large PostgreSQL),
   the oldest waiting run (the claim index), rare events of all time and
   frequent ones of the last hour (the ``(event_type, created_at)`` index), runs
-  finished in the last hour (the ``finished_at`` index), workers (two) and
-  schedules (two).
+  finished in the last hour (the ``finished_at`` index), workers (two),
+  schedules (two) and the paused queues (a table of a few operator-made rows).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from ..clock import iso_utc
 from ..conf import conf
 from ..db import server
 from ..db.expressions import Microseconds, UTCHour
-from ..models import EventType, Liveness, Run, RunEvent, RunState, Schedule, Worker
+from ..models import EventType, Liveness, QueuePause, Run, RunEvent, RunState, Schedule, Worker
+from . import queue_labels
 
 RECENT = timedelta(hours=24)
 
@@ -292,10 +293,11 @@ class Snapshot:
     schedules_overdue: int
     oldest_overdue: datetime | None
     queues: list[str] = field(default_factory=list)
+    paused_queues: list[str] = field(default_factory=list)  # never folded: operators make them, one by one
 
 
 def read_snapshot(now: datetime) -> Snapshot:
-    """Nine small queries, each read from an index (the events table only through ``(event_type, created_at)``)."""
+    """Ten small queries, each read from an index (the events table only through ``(event_type, created_at)``)."""
     # From the (state, queue, origin) index alone: no runs table row is read (see run_counts for exactness).
     runs = run_counts()
     # The claim query's partial index (queue, available_at) over waiting runs only.
@@ -338,7 +340,7 @@ def read_snapshot(now: datetime) -> Snapshot:
         n=Count("*"), oldest=Min("next_run_at")
     )
     queues = sorted({queue for _, queue, _ in runs} | {"default"})
-    return Snapshot(
+    snapshot = Snapshot(
         now=now,
         runs=runs,
         oldest_waiting=oldest_waiting,
@@ -352,7 +354,9 @@ def read_snapshot(now: datetime) -> Snapshot:
         schedules_overdue=overdue["n"],
         oldest_overdue=overdue["oldest"],
         queues=queues,
+        paused_queues=list(QueuePause.objects.order_by("queue").values_list("queue", flat=True)),
     )
+    return queue_labels.bounded(snapshot)  # at most METRICS_MAX_QUEUES queues labelled one by one
 
 
 def _timings(now: datetime) -> dict[str, dict[str, Timing]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -20,10 +21,11 @@ from ..errors import (
     RunAtInPast,
     ValidationError,
 )
+from ..framework import normalize_json
 from ..models import CatchUp, Overlap, ScheduleKind
 from ..recurrence import get_zone, validate_cron
 from ..registry import registry
-from ..text import unstorable, unstorable_in
+from ..text import nesting_exceeds, unstorable, unstorable_in
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 NAME_MAX = 100
@@ -51,16 +53,9 @@ def validate_task_name(task_name: Any) -> str:
 
 
 def _depth(value: Any, limit: int, field: str) -> None:
-    """Bounded nesting (iterative: a deep value cannot overflow the stack while checked)."""
-    stack = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if level > limit:
-            raise InvalidPayload(f"{field} is nested deeper than {limit} levels", field=field)
-        if isinstance(item, dict):
-            stack.extend((v, level + 1) for v in item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend((v, level + 1) for v in item)
+    """Bounded nesting (``MAX_PAYLOAD_DEPTH``, itself at most 100)."""
+    if nesting_exceeds(value, limit):
+        raise InvalidPayload(f"{field} is nested deeper than {limit} levels", field=field)
 
 
 def check_storable(value: str, *, field: str, error: type[ValidationError] = ValidationError) -> str:
@@ -102,6 +97,46 @@ def validated_json(value: Any, *, field: str) -> tuple[Any, str]:
     if len(encoded.encode()) > limit:
         raise InvalidPayload(f"{field} is larger than {limit} bytes", field=field)
     return json.loads(encoded), encoded
+
+
+def decode_payload(text: str, *, field: str) -> Any:
+    """JSON text an operator typed for ``args``/``kwargs`` (the admin form, the CLI), decoded for
+    ``validate_payload``; ``InvalidPayload`` naming the field for text that is no JSON, a number
+    with more digits than Python converts, or nesting deeper than ``MAX_PAYLOAD_DEPTH``.
+
+    Decoding deeper than the interpreter's recursion limit raises ``RecursionError``; what does
+    decode is measured before it is returned, so rendering it back cannot overflow either.
+    """
+    limit = conf.MAX_PAYLOAD_DEPTH
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise InvalidPayload(f"{field} is nested deeper than {limit} levels", field=field) from None
+    except json.JSONDecodeError as exc:
+        raise InvalidPayload(f"invalid JSON in {field}: {exc}", field=field) from None
+    except ValueError:  # the integer string conversion limit (sys.set_int_max_str_digits)
+        digits = sys.get_int_max_str_digits()
+        raise InvalidPayload(f"{field} holds a number with more than {digits} digits", field=field) from None
+    _depth(value, limit, field)
+    return value
+
+
+def framework_payload(value: Any, *, field: str) -> Any:
+    """A framework task's ``args``/``kwargs`` normalised as the framework does (``normalize_json``:
+    bytes as UTF-8 text, any mapping as a dict, any sequence as a list), for ``validate_payload``.
+
+    What the framework refuses (a type JSON cannot hold: ``TypeError``; undecodable bytes:
+    ``ValueError``) is an ``InvalidPayload`` too, so ``Task.enqueue`` raises one error for every
+    payload it refuses. The depth is measured first: ``normalize_json`` recurses once per level.
+    """
+    limit = conf.MAX_PAYLOAD_DEPTH
+    _depth(value, limit, field)
+    try:
+        return normalize_json(value)
+    except RecursionError:  # nested mappings or sequences other than dicts, lists and tuples
+        raise InvalidPayload(f"{field} is nested deeper than {limit} levels", field=field) from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"{field} cannot be passed to a task as JSON: {exc}", field=field) from None
 
 
 def parse_datetime(value: Any, *, field: str) -> datetime | None:
@@ -171,8 +206,39 @@ def validate_worker_id(worker_id: Any) -> str:
 
 
 def validate_queue(queue: Any, *, field: str = "queue") -> str:
+    """A well-formed queue name, and one of ``DISTSCHED["QUEUES"]`` when that is set (a typo
+    would make runs that no worker serves)."""
     if not isinstance(queue, str) or not QUEUE_RE.fullmatch(queue):
         raise ValidationError("queue may contain only letters, digits, '.', '-' and '_' (1-100)", field=field)
+    allowed = conf.QUEUES
+    if allowed is not None and queue not in allowed:
+        raise ValidationError(f"queue {queue!r} is not one of DISTSCHED['QUEUES'] ({', '.join(allowed)})", field=field)
+    return queue
+
+
+def backend_queues(task_name: str) -> frozenset[str]:
+    """The queues a framework task's backend accepts (``TASKS[alias]["QUEUES"]``); empty: any
+    (a plain distsched task, ``"QUEUES": []``, or an alias no longer in ``TASKS``)."""
+    entry = registry.find(task_name)
+    task = entry.framework_task if entry is not None else None
+    if task is None:
+        return frozenset()
+    try:
+        backend = task.get_backend()
+    except Exception:  # noqa: BLE001 - an alias no longer in TASKS: nothing to check against
+        return frozenset()
+    return frozenset(getattr(backend, "queues", None) or ())
+
+
+def validate_task_queue(task_name: str, queue: str) -> str:
+    """A framework task's run must be on a queue its backend accepts, the check of the backend's own
+    ``enqueue`` (``validate_task``); a schedule or an operator's enqueue elsewhere would write runs the
+    framework refuses to describe (``InvalidTaskError``)."""
+    queues = backend_queues(task_name)
+    if queues and queue not in queues:
+        raise ValidationError(
+            f"queue {queue!r} is not one of its backend's QUEUES ({', '.join(sorted(queues))})", field="queue"
+        )
     return queue
 
 
@@ -253,7 +319,7 @@ def validate_schedule_fields(data: dict[str, Any], *, now: datetime, check_run_a
     out["retry_jitter"] = bounded_float(0 if jitter is None else jitter, field="retry_jitter", low=0, high=1)
     out["catch_up"] = _choice(data.get("catch_up") or conf.CATCH_UP, CatchUp, field="catch_up")
     out["overlap"] = _choice(data.get("overlap") or Overlap.ALLOW, Overlap, field="overlap")
-    out["queue"] = validate_queue(data.get("queue") or "default")
+    out["queue"] = validate_task_queue(out["task_name"], validate_queue(data.get("queue") or "default"))
     paused = data.get("paused", False)
     if not isinstance(paused, bool):
         raise ValidationError("paused must be true or false", field="paused")

@@ -24,6 +24,7 @@ from ..context import RunContext
 from ..errors import RunCancelled
 from ..models import Run
 from ..registry import TaskEntry, TaskRegistry
+from ..text import UndecodableJSON
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +50,7 @@ class Attempt:
     duration: float = 0.0
     failed: bool = False
     cancelled: bool = False
+    final: bool = False  # the failure cannot be helped by a retry: the run ends dead now
     error: str = ""
     error_class: str = ""  # the exception's class path, e.g. "builtins.ValueError"
     tb: str = ""
@@ -140,6 +142,8 @@ def call_task(
         if cancelled_before_start and not attempt.started_recorded:
             attempt.failed, attempt.cancelled = True, True
             attempt.error = "cancel requested before the run started"
+        elif (undecodable := _undecodable_payload(run)) is not None:
+            attempt.failed, attempt.final, attempt.error = True, True, undecodable
         else:
             try:
                 entry = attempt.entry = registry.get(run.task_name)
@@ -165,6 +169,15 @@ def call_task(
         )
     attempt.duration = time.monotonic() - attempt.started_mono
     attempt.finished_at = clock.now()
+
+
+def _undecodable_payload(run: Run) -> str | None:
+    """Why the run's stored arguments cannot be passed to its task, if they cannot (``UndecodableJSON``)."""
+    for field in ("args", "kwargs"):
+        value = getattr(run, field)
+        if isinstance(value, UndecodableJSON):
+            return f"{field} cannot be decoded: {value.reason}; the task was not called and no retry can help"
+    return None
 
 
 def _span(run: Run, context: RunContext) -> tuple[str, dict[str, str | int]]:

@@ -70,7 +70,7 @@ class Loop:
         # Monotonic time of the next lease-recovery query (it runs about once a second).
         self.next_expired_check = 0.0
         # Woken by a notification: the next claim goes straight for the waiting runs (one
-        # statement on PostgreSQL); lease recovery waits for the claim after it.
+        # statement on PostgreSQL); lease recovery follows when due (``claim``).
         self.woken = False
 
     # -- entry points -------------------------------------------------------------
@@ -184,24 +184,41 @@ class Loop:
     # -- claiming -----------------------------------------------------------------
 
     def claim(self, limit: int, *, force_expired: bool = False, start_all: bool = False) -> list[Run]:
-        """Claim up to ``limit`` runs (expired leases are looked for about once a second)."""
+        """Claim up to ``limit`` runs; expired leases are looked for about once a second
+        whatever wakes the worker.
+
+        A claim woken by a notification goes straight for the waiting runs (one statement on
+        PostgreSQL). If that finds nothing and lease recovery is due, the full claim follows at
+        once: a trickle of notifications (from anyone who can connect) must not keep an idle
+        worker from ever recovering a dead worker's runs. A woken claim that found nothing also
+        tells the listener, which then spaces further wake-ups out (``Wakeup.settle``).
+        """
         w = self.worker
-        check_expired = force_expired or (time.monotonic() >= self.next_expired_check and not self.woken)
-        self.woken = False
-        runs = claiming.claim_runs(
+        woken, self.woken = self.woken and not force_expired, False
+        due = force_expired or time.monotonic() >= self.next_expired_check
+        runs = self._claim(limit, include_expired=due and not woken, start_all=start_all)
+        if woken:
+            w.wakeup.settle(found_work=bool(runs))
+            if not runs and due:
+                woken = False
+                runs = self._claim(limit, include_expired=True, start_all=start_all)
+        if due and not woken:
+            self.next_expired_check = time.monotonic() + EXPIRED_CHECK_SECONDS
+        elif not woken and len(runs) < limit:
+            self.next_expired_check = 0.0  # idle soon: look for abandoned runs on the next claim
+        return runs
+
+    def _claim(self, limit: int, *, include_expired: bool, start_all: bool) -> list[Run]:
+        w = self.worker
+        return claiming.claim_runs(
             worker_id=w.worker_id,
             queues=w.queues,
             lease_seconds=w.lease_seconds,
             now=w.clock.now(),
             limit=limit,
-            include_expired=check_expired,
+            include_expired=include_expired,
             start_all=start_all,
         )
-        if check_expired:
-            self.next_expired_check = time.monotonic() + EXPIRED_CHECK_SECONDS
-        if not check_expired and len(runs) < limit:
-            self.next_expired_check = 0.0  # idle soon: look for abandoned runs on the next claim
-        return runs
 
     def _claim_or_back_off(self, limit: int, backoff: Backoff, *, start_all: bool) -> list[Run] | None:
         """Claim a batch; on an error (the database, a stored row) wait and return None."""

@@ -65,6 +65,7 @@ class Recorder:
                         error=attempt.error,
                         traceback_text=attempt.tb,
                         cancelled=attempt.cancelled,
+                        final=attempt.final,
                         exception_class_path=attempt.error_class,
                         started_at=attempt.started_at,
                         record_started=not attempt.started_recorded,

@@ -7,6 +7,15 @@ successful ``LISTEN`` the worker is woken once, for whatever was committed while
 nobody listened. If notifications cannot reach this connection at all
 (PgBouncer in transaction pooling mode), the listener says so once, names
 ``DISTSCHED["LISTEN_DATABASE_URL"]`` and stops: the worker polls.
+
+Wake-ups are debounced. Anyone who can connect can notify the channel, so a
+notification is a hint, not a fact: after a wake-up whose claim found nothing
+the next one waits at least ``MIN_SPACING_SECONDS``, doubling with every
+further empty one up to ``MAX_SPACING_SECONDS``; one that found work resets
+the spacing to zero. A notification that comes within the spacing wakes the
+worker at its end (none is lost), and nothing is read meanwhile: those that
+pile up are read in one go, so a storm costs an idle worker a few claims and
+reads a second instead of a share of a core.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from ..db import notify
@@ -24,6 +34,9 @@ if TYPE_CHECKING:
 
 HEALTH_CHECK_SECONDS = 10.0
 MAX_BACKOFF_SECONDS = 30.0
+# The spacing of wake-ups after claims that found nothing (see the module docstring).
+MIN_SPACING_SECONDS = 0.02
+MAX_SPACING_SECONDS = 0.25
 
 
 class Wakeup:
@@ -35,6 +48,15 @@ class Wakeup:
         self._thread: threading.Thread | None = None
         self._listener: notify.Listener | None = None
         self._lock = threading.Lock()
+        self._spacing = 0.0  # the least time between two wake-ups now (``settle``)
+        self._last_wake = 0.0  # monotonic time of the last wake-up
+
+    def settle(self, *, found_work: bool) -> None:
+        """What the claim after a wake-up found: work resets the spacing, nothing widens it."""
+        if found_work:
+            self._spacing = 0.0
+        else:
+            self._spacing = min(MAX_SPACING_SECONDS, max(MIN_SPACING_SECONDS, 2 * self._spacing))
 
     def start(self) -> None:
         """Listen in a thread, if this database can (PostgreSQL) and ``DISTSCHED["LISTEN"]`` is on."""
@@ -42,7 +64,10 @@ class Wakeup:
 
         if not (conf.LISTEN and notify.listening_supported()) or self._thread is not None:
             return
-        self._dsn = notify.conninfo()  # read here: Django's connection settings belong to this thread
+        # Read here: Django's connection belongs to this thread. The runs' database by the name the
+        # server gives it (Django's NAME may be a pooler's alias of it).
+        self._database = notify.runs_database()
+        self._dsn = notify.conninfo(self._database)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name=f"distsched-listen-{self.worker.worker_id}", daemon=True)
         self._thread.start()
@@ -76,6 +101,11 @@ class Wakeup:
             with self._lock:
                 self._listener = listener
             try:
+                if listener.database() != self._database:
+                    w.log(logging.WARNING, "the wake-up connection is on another database than the runs: polling only; "
+                          "check DISTSCHED['LISTEN_DATABASE_URL']", listening_on=listener.database(),
+                          runs_in=self._database)  # fmt: skip
+                    return
                 if listener.behind_a_pooler() and not listener.probe():
                     w.log(logging.WARNING, "notifications do not reach this connection (a pooler such as PgBouncer "
                           "in transaction mode?): polling only; set DISTSCHED['LISTEN_DATABASE_URL'] to a direct "
@@ -112,6 +142,13 @@ class Wakeup:
                 return
             if not notified:
                 listener.health_check()
-            elif queues.intersection(notified):
-                self.wakeups += 1
-                self.worker.wake()
+                continue
+            if not queues.intersection(notified):
+                continue
+            hold = self._last_wake + self._spacing - time.monotonic()
+            # Held back: nothing is read meanwhile, so what arrives piles up and is read at once.
+            if hold > 0 and self._stop.wait(hold):
+                return
+            self._last_wake = time.monotonic()
+            self.wakeups += 1
+            self.worker.wake()

@@ -66,6 +66,8 @@ OPERATOR_PERMS = [
     "add_run",
     "change_run",
     "view_worker",
+    "view_queuepause",
+    "change_queuepause",
 ]
 
 

@@ -21,7 +21,7 @@ from django.db import connection
 from django.urls import reverse
 
 from distsched_app.management.commands.distsched import Command
-from distsched_app.models import Schedule, Worker
+from distsched_app.models import Run, Schedule, Worker
 from distsched_app.services import workers
 from tests.concurrency.procs import ROOT, child_env
 from tests.conftest import T0
@@ -31,6 +31,8 @@ pytestmark = pytest.mark.django_db
 SURROGATE_JSON = "\\udcff"  # how a JSON body spells the lone surrogate U+DCFF
 SURROGATE = "\udcff"
 VALID = {"name": "s1", "task_name": "tests.noop", "interval_seconds": 60}
+DEEP = "[" * 5000 + "]" * 5000  # json.loads: RecursionError
+HUGE_INT = "9" * 5000  # json.loads: ValueError, past Python's integer string conversion limit
 
 
 @pytest.fixture
@@ -147,6 +149,11 @@ def command_error(*args: str) -> str:
         ["schedule", "create", "s", "--task", "tests.noop", "--cron", "0 R * * *"],
         ["schedule", "create", "s", "--task", "tests.noop", "--cron", "0 0 1W * *"],
         ["schedule", "create", "s", "--task", "tests.noop", "--interval", "60", "--max-attempts", "9" * 400],
+        ["schedule", "create", "s", "--task", "tests.noop", "--interval", "60", "--args", DEEP],
+        ["schedule", "create", "s", "--task", "tests.noop", "--interval", "60", "--kwargs", f'{{"k": {DEEP}}}'],
+        ["schedule", "create", "s", "--task", "tests.noop", "--interval", "60", "--args", f"[{HUGE_INT}]"],
+        ["run", "enqueue", "tests.noop", "--args", DEEP],
+        ["run", "enqueue", "tests.noop", "--kwargs", f'{{"n": {HUGE_INT}}}'],
         ["schedule", "show", f"s{SURROGATE}"],
         ["schedule", "pause", "s\x00"],
         ["run", "list", "--task", f"t{SURROGATE}"],
@@ -159,7 +166,7 @@ def command_error(*args: str) -> str:
 )
 def test_distsched_command_refuses_each_class_in_one_line(args):
     command_error(*args)
-    assert not Schedule.objects.exists()
+    assert not Schedule.objects.exists() and not Run.objects.exists()
 
 
 @pytest.mark.parametrize(
@@ -243,6 +250,15 @@ def schedule_form(**overrides: str) -> dict[str, str]:
     return data
 
 
+DEEP_OR_HUGE = [
+    ({"args": DEEP}, "args"),
+    ({"kwargs": f'{{"k": {DEEP}}}'}, "kwargs"),
+    ({"args": "[" * 40 + "]" * 40}, "args"),
+    ({"args": f"[{HUGE_INT}]"}, "args"),
+    ({"kwargs": f'{{"n": {HUGE_INT}}}'}, "kwargs"),
+]
+
+
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
@@ -257,6 +273,7 @@ def schedule_form(**overrides: str) -> dict[str, str]:
         ({"timezone": "Europe/Paris"}, "timezone"),
         ({"interval_seconds": "", "cron": "0 R * * *"}, "cron"),
         ({"interval_seconds": "", "cron": "0 0 * * 5#3"}, "cron"),
+        *DEEP_OR_HUGE,
     ],
 )
 def test_admin_form_refuses_each_class_on_its_field(staff, overrides, field):
@@ -265,6 +282,18 @@ def test_admin_form_refuses_each_class_on_its_field(staff, overrides, field):
     errors = response.context["adminform"].form.errors
     assert field in errors, errors
     assert not Schedule.objects.exists()
+
+
+@pytest.mark.parametrize(("overrides", "field"), DEEP_OR_HUGE)
+def test_admin_change_form_refuses_deep_or_huge_payloads_with_its_message(staff, make_schedule, overrides, field):
+    schedule = make_schedule("kept", kwargs={"n": 1})
+    response = staff.post(
+        reverse("admin:distsched_app_schedule_change", args=[schedule.pk]), schedule_form(name="kept", **overrides)
+    )
+    assert response.status_code == 200
+    [message] = response.context["adminform"].form.errors[field]
+    assert message.startswith(field) and message in response.content.decode()
+    assert Schedule.objects.get().kwargs == {"n": 1}
 
 
 @pytest.mark.parametrize("object_id", ["9" * 30, "9" * 5000, "abc", "-1"])
@@ -299,6 +328,65 @@ def test_admin_changelist_search_and_filters_with_unstorable_text_are_not_server
     if response.status_code == 302:  # Django's "invalid lookup" page, not a 500
         assert response["Location"].endswith("?e=1")
         assert staff.get(response["Location"]).status_code == 200
+
+
+SEARCH_TERMS = {
+    "superscript-two": "²",
+    "circled-one": "①",
+    "arabic-indic-three": "٣",
+    "marked-superscript": "#²",
+    "20-digits": "9" * 20,
+    "4301-digits": "9" * 4301,
+    "marked-5000-digits": "#" + "9" * 5000,
+}
+
+
+@pytest.mark.parametrize("term", SEARCH_TERMS.values(), ids=SEARCH_TERMS.keys())
+@pytest.mark.parametrize("model", ["run", "runevent", "schedule", "worker"])
+def test_admin_changelist_search_for_digits_no_id_can_be_is_text_not_a_server_error(
+    staff, scheduler, make_schedule, model, term
+):
+    """``"²".isdigit()`` is true but ``int("²")`` fails, ``int("٣")`` is 3, and ``int()`` refuses
+    more than 4,300 digits: none of them is a row id, so each is searched as text and finds nothing."""
+    make_schedule("visible")
+    scheduler.tick()
+    workers.register_worker(worker_id="w1", hostname="h", pid=1, queues=["default"], now=T0)
+    response = staff.get(reverse(f"admin:distsched_app_{model}_changelist"), {"q": term})
+    assert response.status_code == 200, (model, response.status_code)
+    assert response.context["cl"].result_count == 0
+
+
+# -- a framework task's queue outside its backend's QUEUES, through every entry point -------
+
+
+@pytest.fixture
+def default_queue_only(settings):
+    settings.TASKS = {**settings.TASKS, "default": {**settings.TASKS["default"], "QUEUES": ["default"]}}
+
+
+FRAMEWORK_TASK = "tests.testapp.tasks.ft_noop"
+
+
+def test_rest_refuses_a_framework_schedule_on_a_queue_its_backend_refuses(root_api, default_queue_only):
+    body = {**VALID, "task_name": FRAMEWORK_TASK, "queue": "other"}
+    response = root_api.post("/api/schedules", body, format="json")
+    assert response.status_code == 400 and "QUEUES" in response.json()["queue"][0], response.json()
+    assert not Schedule.objects.exists()
+
+
+def test_admin_form_refuses_a_framework_schedule_on_a_queue_its_backend_refuses(staff, default_queue_only):
+    response = staff.post(
+        reverse("admin:distsched_app_schedule_add"), schedule_form(task_name=FRAMEWORK_TASK, queue="other")
+    )
+    assert response.status_code == 200
+    assert "QUEUES" in response.context["adminform"].form.errors["queue"][0]
+    assert not Schedule.objects.exists()
+
+
+def test_distsched_command_refuses_a_framework_schedule_on_a_queue_its_backend_refuses(clock, default_queue_only):
+    args = ["schedule", "create", "s", "--task", FRAMEWORK_TASK, "--interval", "60", "--queue", "other"]
+    assert "QUEUES (default)" in command_error(*args)
+    assert not Schedule.objects.exists()
 
 
 # -- rows written before the rule (SQLite keeps surrogate escapes in JSON text) ----------

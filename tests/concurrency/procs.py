@@ -80,3 +80,15 @@ class LoggedProcesses:
         self.logs[name] = self.directory / f"{name}.log"
         with self.logs[name].open("w") as log:
             return manage(*args, stdout=log, stderr=subprocess.STDOUT)
+
+
+def received(listening, timeout: float = 2.0) -> list[str]:
+    """Everything a ``notify.Listener`` got within ``timeout`` (returns early once something came and went quiet)."""
+    got: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        batch = listening.wait(0.2 if got else max(0.0, deadline - time.monotonic()))
+        if not batch and got:
+            break
+        got += batch
+    return got

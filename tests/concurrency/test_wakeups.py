@@ -18,7 +18,7 @@ from django.db import connection, connections, transaction
 from distsched_app.db import notify
 from distsched_app.models import Run, RunState
 from distsched_app.services import runs as run_service
-from tests.concurrency.procs import wait_for
+from tests.concurrency.procs import received, wait_for
 from tests.factories import succeed
 from tests.testapp import tasks as t
 
@@ -33,18 +33,6 @@ def listener():
     listening = notify.Listener(notify.conninfo())
     yield listening
     listening.close()
-
-
-def received(listening, timeout: float = 2.0) -> list[str]:
-    """Everything notified within ``timeout`` (returns early once something came and went quiet)."""
-    got: list[str] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        batch = listening.wait(0.2 if got else max(0.0, deadline - time.monotonic()))
-        if not batch and got:
-            break
-        got += batch
-    return got
 
 
 def test_an_enqueue_notifies_its_queue_at_commit(listener):
@@ -166,3 +154,88 @@ def test_successes_do_not_notify(listener, scheduler, make_schedule, clock):
     Run.objects.filter(pk=run.pk).update(state=RunState.RUNNING, lease_owner="w", attempts=1, started_at=clock.now())
     assert succeed(run, worker_id="w", attempt=1, now=clock.now())
     assert listener.wait(0.5) == []
+
+
+class Notifier:
+    """Another role's connection notifying the wake-up channel with a served queue's name, in a thread."""
+
+    def __init__(self, every: float) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(notify.conninfo(), autocommit=True)
+        self.every = every
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.conn.execute("SELECT pg_notify(%s, 'default')", [notify.CHANNEL])
+            self.sent += 1
+            if self.every:
+                self._stop.wait(self.every)
+
+    def __enter__(self) -> Notifier:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.conn.close()
+
+
+def test_a_trickle_of_notifications_does_not_stop_lease_recovery(
+    idle_worker, scheduler, make_schedule, clock, settings
+):
+    time.sleep(0.3)  # let it settle into its idle wait (a wait for nothing)
+    settings.DISTSCHED = {"NOTIFY": False}  # the run is made abandoned before anyone could claim it
+    make_schedule("abandoned")
+    with transaction.atomic():
+        [run] = scheduler.tick()
+        Run.objects.filter(pk=run.pk).update(
+            state=RunState.RUNNING, lease_owner="ghost", attempts=1, lease_expires_at=clock.now() - timedelta(seconds=1)
+        )
+    with Notifier(every=0.2):
+        recovered = wait_for(lambda: Run.objects.get(pk=run.pk).state == RunState.SUCCEEDED, timeout=PROMPT + 2)
+    assert recovered, "the idle worker never looked for expired leases while notifications kept coming"
+    assert Run.objects.get(pk=run.pk).lease_owner == ""
+
+
+def test_a_notification_storm_is_debounced_and_real_work_still_starts_at_once(idle_worker):
+    time.sleep(0.3)
+    before = idle_worker.wakeup.wakeups
+    with Notifier(every=0) as storm:
+        time.sleep(2.0)  # the storm's length (not a wait for the scheduler)
+    woken = idle_worker.wakeup.wakeups - before
+    assert storm.sent > 200, "the storm was too thin to prove anything"
+    assert woken < 30, f"{woken} wake-ups for {storm.sent} empty notifications in 2 s"
+    elapsed = started_promptly(t.ft_add.enqueue(1, 2))
+    assert elapsed < 1.0
+
+
+def test_the_listener_is_on_the_runs_database_even_when_djangos_name_is_an_alias(scheduler, monkeypatch):
+    """Behind PgBouncer, Django's NAME may be an alias; notifications are per database: ask the server."""
+    real = notify.runs_database()
+    monkeypatch.setitem(connection.settings_dict, "NAME", "a_pooler_alias")  # not a database of the server
+    worker = scheduler.worker(worker_id="aliased", poll_interval=POLL)
+    worker.wakeup.start()
+    try:
+        assert wait_for(worker.wakeup.connected.is_set, timeout=30), "it never listened"
+        assert worker.wakeup._database == real
+    finally:
+        worker.wakeup.stop()
+
+
+def test_a_listener_on_another_database_warns_and_polls(scheduler, monkeypatch, caplog):
+    monkeypatch.setattr(notify, "runs_database", lambda: "the_runs_live_elsewhere")
+    real_conninfo = notify.conninfo
+    monkeypatch.setattr(notify, "conninfo", lambda dbname=None: real_conninfo())  # e.g. a URL through an alias
+    worker = scheduler.worker(worker_id="misdirected", poll_interval=POLL)
+    worker.wakeup.start()
+    try:
+        warned = lambda: any("on another database than the runs" in r.getMessage() for r in caplog.records)  # noqa: E731
+        assert wait_for(warned, timeout=30)
+        assert not worker.wakeup.connected.is_set()
+    finally:
+        worker.wakeup.stop()

@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from distsched_app import framework
 from distsched_app.backends import DistschedBackend, enqueue_unique
-from distsched_app.errors import InvalidPayload
+from distsched_app.errors import InvalidPayload, ValidationError
 from distsched_app.models import EventType, Origin, Run, RunEvent, RunState
 from distsched_app.services import enqueue as enqueue_service
 from distsched_app.services import maintenance, runs
@@ -185,6 +185,29 @@ def test_unique_enqueue_returns_the_active_run_until_it_is_finished(worker, sign
     assert after.id != first.id and Run.objects.filter(unique_key="welcome:42").count() == 2
 
 
+def test_a_unique_key_held_by_another_task_enqueues_this_one(clock):
+    add = enqueue_unique(t.ft_add, "welcome:42", 1, 2)
+    noop = enqueue_unique(t.ft_noop, "welcome:42")
+    assert noop.id != add.id and Run.objects.count() == 2
+    assert (noop.task.func, noop.args, noop.kwargs) == (t.ft_noop.func, [], {})
+    assert Run.objects.get(pk=int(noop.id)).task_name == "tests.testapp.tasks.ft_noop"
+    again = enqueue_unique(t.ft_noop, "welcome:42")
+    assert (again.id, again.task.func, again.args) == (noop.id, t.ft_noop.func, [])
+    assert t.ft_noop.get_result(noop.id).task.func is t.ft_noop.func
+    # The result of the run holding the key describes that run, not the caller's variant of the task.
+    urgent = enqueue_unique(t.ft_add.using(priority=5), "urgent:1", 1, 2)
+    held = enqueue_unique(t.ft_add, "urgent:1", 3, 4)
+    assert (held.id, held.task.priority, held.args) == (urgent.id, 5, [1, 2])
+
+
+@pytest.mark.parametrize("key", ["", "   "])
+def test_enqueue_unique_refuses_a_blank_key(clock, key):
+    with pytest.raises(ValidationError) as info:
+        enqueue_unique(t.ft_add, key, 1, 2)
+    assert info.value.field == "unique_key" and "unique_key" in str(info.value)
+    assert not Run.objects.exists()
+
+
 @pytest.fixture
 def signals_seen():
     seen: list[tuple[str, str]] = []
@@ -285,6 +308,88 @@ def test_unstorable_arguments_are_refused_and_nothing_is_written():
     with pytest.raises(InvalidPayload):
         t.ft_add.enqueue("nul\x00", 1)
     assert not Run.objects.exists()
+
+
+def nested(levels: int) -> list:
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def cycle() -> list:
+    value: list = []
+    value.append(value)
+    return value
+
+
+# Every payload Task.enqueue refuses, through the framework's own check (normalize_json) or ours.
+BAD_PAYLOADS = {
+    "a set": (({1, 2}, 1), {}),
+    "an object": ((object(), 1), {}),
+    "undecodable bytes": ((b"\xff", 1), {}),
+    "a tuple key": (({(1, 2): 3}, 1), {}),
+    "NaN": ((float("nan"), 1), {}),
+    "infinity": ((1, float("-inf")), {}),
+    "5000 levels in args": ((nested(5000), 1), {}),
+    "5000 levels in kwargs": ((), {"a": nested(5000), "b": 1}),
+    "a cycle": ((cycle(), 1), {}),
+    "33 levels": ((nested(33), 1), {}),
+    "too large": (("x" * 70_000, 1), {}),
+    "a 5000-digit integer": ((10**5000, 1), {}),
+    "NUL": (("nul\x00", 1), {}),
+    "a lone surrogate": ((1,), {"b": "\udcff"}),
+}
+
+
+@pytest.mark.parametrize(("args", "kwargs"), BAD_PAYLOADS.values(), ids=BAD_PAYLOADS.keys())
+def test_every_payload_enqueue_refuses_is_one_invalid_payload_error_and_nothing_is_written(args, kwargs):
+    with pytest.raises(InvalidPayload) as refused:
+        t.ft_add.enqueue(*args, **kwargs)
+    assert isinstance(refused.value, TypeError) and isinstance(refused.value, ValueError)  # what the framework raises
+    assert refused.value.field in ("args", "kwargs") and "\n" not in str(refused.value)
+    assert not Run.objects.exists() and not RunEvent.objects.exists()
+
+
+def test_bytes_in_utf8_are_text_as_the_framework_normalises_them():
+    result = t.ft_add.enqueue(b"caf\xc3\xa9", b"!")
+    assert result.args == ["café", "!"] and Run.objects.get(pk=int(result.id)).args == ["café", "!"]
+
+
+@pytest.fixture
+def default_queue_only(settings):
+    """The default backend accepts the "default" queue only (tests/settings.py: any)."""
+    settings.TASKS = {**settings.TASKS, "default": {**settings.TASKS["default"], "QUEUES": ["default"]}}
+
+
+def test_a_schedule_of_a_framework_task_on_a_queue_its_backend_refuses_is_a_queue_error(scheduler, default_queue_only):
+    with pytest.raises(ValidationError) as refused:
+        scheduler.create_schedule(
+            name="fw", task_name="tests.testapp.tasks.ft_noop", interval_seconds=60, queue="other"
+        )
+    assert refused.value.field == "queue" and "QUEUES (default)" in str(refused.value)
+    schedule = scheduler.create_schedule(name="fw", task_name="tests.testapp.tasks.ft_noop", interval_seconds=60)
+    with pytest.raises(ValidationError) as refused:
+        scheduler.update_schedule("fw", queue="other")
+    assert refused.value.field == "queue"
+    schedule.refresh_from_db()
+    assert schedule.queue == "default"
+    plain = scheduler.create_schedule(name="plain", task_name="tests.noop", interval_seconds=60, queue="other")
+    assert plain.queue == "other"  # a distsched task has no backend: any queue
+
+
+def test_a_run_on_a_queue_its_backend_no_longer_accepts_runs_and_has_a_result(scheduler, settings):
+    scheduler.create_schedule(name="fw", task_name="tests.testapp.tasks.ft_context", interval_seconds=60, queue="other")
+    [run] = scheduler.tick()  # written while QUEUES accepted any queue; then "other" leaves QUEUES
+    settings.TASKS = {**settings.TASKS, "default": {**settings.TASKS["default"], "QUEUES": ["default"]}}
+    pending = t.ft_context.get_result(str(run.pk))
+    assert pending.status == Status.READY and pending.task.queue_name == "default"  # seen on its declared queue
+    worker = scheduler.worker(worker_id="w1", queues=["other"], heartbeat_seconds=3600)
+    assert worker.run_once().state == RunState.SUCCEEDED
+    done = t.ft_context.get_result(str(run.pk))
+    assert done.status == Status.SUCCESSFUL and done.return_value["attempt"] == 1
+    Run.objects.filter(pk=run.pk).update(state=RunState.DEAD)  # as such runs ended before: failed
+    assert t.ft_context.get_result(str(run.pk)).status == Status.FAILED
 
 
 def test_a_queue_distsched_cannot_name_is_invalid():

@@ -83,6 +83,11 @@ def test_a_non_json_argument_is_a_type_error(backend):
         t.ft_add.using(backend=backend).enqueue(datetime(2026, 1, 1), 1)
 
 
+def test_undecodable_bytes_are_a_value_error(backend):
+    with pytest.raises(ValueError, match="Unsupported value"):
+        t.ft_add.using(backend=backend).enqueue(b"\xff", 1)
+
+
 def test_success(backend, finish):
     result = finish(t.ft_add.using(backend=backend).enqueue(20, 22))
     assert result.status == framework.TaskResultStatus.SUCCESSFUL

@@ -43,6 +43,23 @@ def test_a_unique_key_held_writes_no_second_event_whatever_the_message(clock):
     assert list(RunEvent.objects.values_list("message", flat=True)) == ["first"]
 
 
+def test_a_unique_key_is_held_per_task(clock):
+    noop = enqueue.enqueue(enqueue.Job(task_name="tests.noop", unique_key="k"), now=clock.now())
+    echo = enqueue.enqueue(enqueue.Job(task_name="tests.echo", args=[1], unique_key="k"), now=clock.now())
+    assert (noop.created, echo.created) == (True, True) and noop.pk != echo.pk
+    again = enqueue.enqueue(enqueue.Job(task_name="tests.echo", args=[2], unique_key="k"), now=clock.now())
+    assert (again.created, again.pk, again.run.task_name, again.args) == (False, echo.pk, "tests.echo", [1])
+    assert Run.objects.count() == 2 and RunEvent.objects.count() == 2
+
+
+@pytest.mark.parametrize("key", [" ", "\t\n "])
+def test_a_blank_unique_key_is_refused(clock, key):
+    with pytest.raises(ValidationError) as info:
+        enqueue.enqueue(enqueue.Job(task_name="tests.noop", unique_key=key), now=clock.now())
+    assert info.value.field == "unique_key"
+    assert not Run.objects.exists()
+
+
 def test_policy_fields_are_what_validate_policy_takes():
     fields = {"max_attempts": 5, "retry_base_seconds": 2.5, "retry_max_seconds": 60.0, "retry_jitter": 0.25}
     policy = enqueue.validate_policy(fields)

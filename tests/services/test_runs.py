@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from distsched_app import errors
-from distsched_app.models import EventType, RunEvent, RunState
+from distsched_app.models import ACTIVE_STATES, EventType, Run, RunEvent, RunState
 from distsched_app.services import claiming, outcomes
 from tests.factories import succeed
 
@@ -89,3 +89,108 @@ def test_unknown_run(scheduler):
         scheduler.cancel_run(999_999)
     with pytest.raises(errors.RunNotFound):
         scheduler.get_run(999_999)
+
+
+# -------------------------------------------------------------- requeue and unique keys
+
+
+def _enqueue(clock, task_name: str = "tests.noop", key: str = "k"):
+    from distsched_app.services import enqueue
+
+    return enqueue.enqueue(enqueue.Job(task_name=task_name, unique_key=key), now=clock.now()).run
+
+
+def test_requeue_refuses_a_unique_key_another_unfinished_run_holds(scheduler, clock):
+    first = _enqueue(clock)
+    scheduler.cancel_run(first.pk)
+    second = _enqueue(clock)  # the key is free again once the first run finished
+    with pytest.raises(errors.UniqueKeyTaken) as info:
+        scheduler.requeue_run(first.pk)
+    assert isinstance(info.value, errors.InvalidStateTransition)  # a conflict (HTTP 409)
+    assert str(info.value) == (
+        f"run {first.pk} cannot be requeued: unfinished run {second.pk} of task tests.noop holds its unique key 'k'"
+    )
+    first.refresh_from_db()
+    assert first.state == RunState.CANCELLED and history(first)[-1] == "cancelled"
+    assert Run.objects.filter(unique_key="k", state__in=ACTIVE_STATES).count() == 1
+    # Once the holder is finished, the requeue goes through.
+    scheduler.cancel_run(second.pk)
+    assert scheduler.requeue_run(first.pk).state == RunState.PENDING
+
+
+def test_requeue_keeps_a_unique_key_another_task_holds(scheduler, clock):
+    first = _enqueue(clock, "tests.noop")
+    scheduler.cancel_run(first.pk)
+    _enqueue(clock, "tests.echo")  # the same key, another task: no conflict
+    assert scheduler.requeue_run(first.pk).state == RunState.PENDING
+    assert Run.objects.filter(unique_key="k", state__in=ACTIVE_STATES).count() == 2
+
+
+def test_a_holder_that_appears_after_the_check_is_the_same_typed_error(scheduler, clock, monkeypatch):
+    """The race: another enqueue commits the key between the check and the UPDATE. The
+    constraint decides, and its IntegrityError becomes the domain error (never a 500)."""
+    from distsched_app.services import runs
+
+    first = _enqueue(clock)
+    scheduler.cancel_run(first.pk)
+    second = _enqueue(clock)
+    real, looks = runs._key_holder, []
+
+    def late(run):  # the holder commits just after the check: the first look sees nothing
+        looks.append(run.pk)
+        return None if len(looks) == 1 else real(run)
+
+    monkeypatch.setattr(runs, "_key_holder", late)
+    with pytest.raises(errors.UniqueKeyTaken, match=f"unfinished run {second.pk} of task tests.noop"):
+        scheduler.requeue_run(first.pk)
+    first.refresh_from_db()
+    assert first.state == RunState.CANCELLED and history(first)[-1] == "cancelled"
+    assert scheduler.cancel_run(second.pk).state == RunState.CANCELLED  # the connection is still usable
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_concurrent_holder_is_refused_by_the_database_not_a_500(scheduler, clock):
+    """The real race on PostgreSQL: another transaction makes a run holding the key unfinished
+    but has not committed when the requeue checks; the requeue's UPDATE waits on the unique index
+    until that commits, and the violation becomes ``UniqueKeyTaken``."""
+    import threading
+
+    from django.db import connection, connections
+
+    first = _enqueue(clock)
+    scheduler.cancel_run(first.pk)
+    second = _enqueue(clock)
+    scheduler.cancel_run(second.pk)
+    other = connections.create_connection("default")
+    outcome: list[BaseException | object] = []
+
+    def requeue() -> None:
+        try:
+            outcome.append(scheduler.requeue_run(first.pk))
+        except BaseException as exc:  # noqa: BLE001 - reported to the test thread
+            outcome.append(exc)
+        finally:
+            connections["default"].close()
+
+    try:
+        other.set_autocommit(False)
+        with other.cursor() as cursor:
+            cursor.execute("UPDATE distsched_app_run SET state = 'pending' WHERE id = %s", [second.pk])
+        thread = threading.Thread(target=requeue)
+        thread.start()
+        with connection.cursor() as cursor:  # until the requeue's UPDATE waits for the other transaction
+            for _ in range(200):
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+                if cursor.fetchone()[0]:
+                    break
+                thread.join(0.05)
+        other.commit()
+        thread.join(10)
+    finally:
+        other.rollback()
+        other.close()
+    [error] = outcome
+    assert isinstance(error, errors.UniqueKeyTaken), error
+    assert f"unfinished run {second.pk} of task tests.noop" in str(error)
+    assert Run.objects.get(pk=first.pk).state == RunState.CANCELLED

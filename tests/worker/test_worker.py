@@ -226,3 +226,31 @@ def test_final_status_records_runs_executed(scheduler):
     worker = scheduler.worker(worker_id="counted", heartbeat_seconds=3600)
     worker.run(burst=True, install_signals=False)
     assert Worker.objects.get(worker_id="counted").runs_executed == 1
+
+
+def _abandoned_run(scheduler, make_schedule, clock) -> Run:
+    """A run left ``running`` by a worker that died: its lease expired a second ago."""
+    make_schedule("abandoned")
+    [run] = scheduler.tick()
+    Run.objects.filter(pk=run.pk).update(
+        state=RunState.RUNNING, lease_owner="ghost", attempts=1, lease_expires_at=clock.now().replace(microsecond=0)
+    )
+    clock.advance(seconds=1)
+    return run
+
+
+def test_a_woken_claim_that_finds_nothing_still_recovers_expired_leases(scheduler, worker, make_schedule, clock):
+    """Every idle claim may be woken (a notification trickle): lease recovery must not wait for a quiet one."""
+    run = _abandoned_run(scheduler, make_schedule, clock)
+    worker.loop.next_expired_check = 0.0  # lease recovery is due
+    worker.loop.woken = True
+    assert [r.pk for r in worker.loop.claim(1)] == [run.pk]
+    assert "lease_expired" in history(run)
+
+
+def test_a_woken_claim_skips_lease_recovery_until_it_is_due(scheduler, worker, make_schedule, clock):
+    run = _abandoned_run(scheduler, make_schedule, clock)
+    worker.loop.next_expired_check = float("inf")  # checked a moment ago
+    worker.loop.woken = True
+    assert worker.loop.claim(1) == []
+    assert Run.objects.get(pk=run.pk).lease_owner == "ghost"

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
+
+from ...errors import InvalidPayload
+from ...services.validation import decode_payload
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
@@ -28,12 +31,18 @@ def duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(f"{text!r} is too long a duration") from None
 
 
-def json_value(text: str) -> Any:
-    """Any JSON document; the service checks its shape (list for args, object for kwargs)."""
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"invalid JSON: {exc}") from None
+def json_payload(field: str) -> Callable[[str], Any]:
+    """The JSON text of ``field`` (args, kwargs) decoded by the service's rule (``decode_payload``:
+    not JSON, too deep, a number of too many digits are one line); the service checks its shape
+    (a list for args, an object for kwargs) with the rest of the input."""
+
+    def parse(text: str) -> Any:
+        try:
+            return decode_payload(text, field=field)
+        except InvalidPayload as exc:
+            raise argparse.ArgumentTypeError(exc.message) from None
+
+    return parse
 
 
 def whole_number(text: str) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 from ...errors import ValidationError
 from ...models import Run, RunState, schedule_name_of
 from ...services import enqueue, maintenance, queries, runs, schedules, stats, workers
+from . import queues as queue_verbs
 from . import records
 from .tables import key_values, seconds, table, when
 
@@ -330,6 +331,7 @@ VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     "run cancel": run_cancel,
     "run requeue": run_requeue,
     "worker list": worker_list,
+    **queue_verbs.VERBS,
     "stats": show_stats,
     "prune": prune,
 }

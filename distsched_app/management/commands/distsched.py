@@ -3,6 +3,7 @@
     distsched schedule create|list|show|pause|resume|trigger
     distsched run enqueue|list|show|cancel|requeue
     distsched worker list
+    distsched queue pause|resume|list|history
     distsched stats
     distsched prune --older-than 30d
 
@@ -25,21 +26,21 @@ from ...models import CatchUp, Origin, Overlap, RunState
 from ...services import maintenance
 from ...text import storable
 from ..base import DistschedCommand, int_up_to, positive_int, storable_text
-from ..cli.args import duration, json_value, object_id, whole_number
+from ..cli.args import duration, json_payload, object_id, whole_number
 from ..cli.verbs import VERBS
 
 MAX_LIST = 10_000
 
 
 class Command(DistschedCommand):
-    help = "Operate distsched: schedules, runs, workers, stats and pruning. See `distsched <group> --help`."
+    help = "Operate distsched: schedules, runs, workers, queues, stats and pruning. See `distsched <group> --help`."
     # Data commands skip the system checks (like dumpdata): faster, and stderr
     # carries nothing but the one error line. `manage.py check` still runs them.
     requires_system_checks: list[str] = []
 
     def add_command_arguments(self, parser: Any) -> None:
         # The base class made ``parser`` a OneLineParser; subparsers copy its class.
-        groups = parser.add_subparsers(dest="group", metavar="{schedule,run,worker,stats,prune}", required=True)
+        groups = parser.add_subparsers(dest="group", metavar="{schedule,run,worker,queue,stats,prune}", required=True)
 
         schedule = groups.add_parser("schedule", help="Create, inspect, pause, resume and trigger schedules.")
         verbs = schedule.add_subparsers(dest="verb", required=True)
@@ -50,14 +51,14 @@ class Command(DistschedCommand):
         create.add_argument(
             "--args",
             dest="task_args",
-            type=json_value,
+            type=json_payload("args"),
             metavar="JSON",
             help="Positional arguments of the task, a JSON list.",
         )
         create.add_argument(
             "--kwargs",
             dest="task_kwargs",
-            type=json_value,
+            type=json_payload("kwargs"),
             metavar="JSON",
             help="Keyword arguments of the task, a JSON object.",
         )
@@ -98,10 +99,18 @@ class Command(DistschedCommand):
         enqueue = _leaf(verbs, "enqueue", "Enqueue one run of a registered task, without a schedule.")
         enqueue.add_argument("task", metavar="TASK", help="Registered task name (a framework task: its module path).")
         enqueue.add_argument(
-            "--args", dest="task_args", type=json_value, metavar="JSON", help="Positional arguments, a JSON list."
+            "--args",
+            dest="task_args",
+            type=json_payload("args"),
+            metavar="JSON",
+            help="Positional arguments, a JSON list.",
         )
         enqueue.add_argument(
-            "--kwargs", dest="task_kwargs", type=json_value, metavar="JSON", help="Keyword arguments, a JSON object."
+            "--kwargs",
+            dest="task_kwargs",
+            type=json_payload("kwargs"),
+            metavar="JSON",
+            help="Keyword arguments, a JSON object.",
         )
         enqueue.add_argument("--run-after", metavar="ISO", help="Not before this ISO 8601 time (with offset).")
         enqueue.add_argument(
@@ -140,6 +149,20 @@ class Command(DistschedCommand):
         worker = groups.add_parser("worker", help="Inspect workers.")
         verbs = worker.add_subparsers(dest="verb", required=True)
         _leaf(verbs, "list", "List workers: liveness, heartbeat age, current run, clock skew.")
+
+        queue = groups.add_parser("queue", help="Pause and resume queues; list them with their depth.")
+        verbs = queue.add_subparsers(dest="verb", required=True)
+        pause = _leaf(verbs, "pause", "Stop claims of the queue's runs (they wait; running runs carry on).")
+        pause.add_argument("name", type=storable_text, metavar="NAME")
+        pause.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for whoever looks later.")
+        resume = _leaf(verbs, "resume", "Let workers claim the queue's runs again.")
+        resume.add_argument("name", type=storable_text, metavar="NAME")
+        _leaf(verbs, "list", "Queues with unfinished runs or paused: runs by state, who paused them, when, why.")
+        history = _leaf(verbs, "history", "A queue's pauses and resumes, newest first.")
+        history.add_argument("name", type=storable_text, metavar="NAME")
+        history.add_argument(
+            "--limit", type=int_up_to(MAX_LIST), default=50, help="How many entries (default %(default)s)."
+        )
 
         _leaf(groups, "stats", "Run, schedule and worker figures.")
         prune = _leaf(groups, "prune", "Delete finished runs, their events and old workers.")

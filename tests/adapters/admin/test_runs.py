@@ -101,6 +101,42 @@ def test_requeue_action_refuses_runs_whose_state_forbids_it(staff, scheduler, ma
     assert Run.objects.get(pk=pending.pk).state == RunState.PENDING
 
 
+def cancelled_holding_a_taken_key(scheduler, clock, key: str = "nightly") -> tuple[Run, Run]:
+    """A cancelled run with a unique key, and the unfinished run enqueued with that key since."""
+    cancelled = enqueue(clock, "tests.noop", unique_key=key)
+    scheduler.cancel_run(cancelled.pk)
+    return cancelled, enqueue(clock, "tests.noop", unique_key=key)
+
+
+def test_requeue_action_reports_a_taken_unique_key_and_requeues_the_others(staff, scheduler, make_schedule, clock):
+    dead = dead_run(scheduler, make_schedule)
+    taken, holder = cancelled_holding_a_taken_key(scheduler, clock)
+    assert act(staff, RUNS, "requeue_runs", [dead, taken]) == [
+        (
+            "warning",
+            f"1 run(s) not requeued: run {taken.pk} cannot be requeued: unfinished run {holder.pk} "
+            "of task tests.noop holds its unique key 'nightly'",
+        ),
+        ("success", "Requeued 1 run(s): pending now."),
+    ]
+    assert Run.objects.get(pk=dead.pk).state == RunState.PENDING
+    assert Run.objects.get(pk=taken.pk).state == RunState.CANCELLED
+
+
+def test_requeue_button_reports_a_taken_unique_key(staff, scheduler, clock):
+    taken, holder = cancelled_holding_a_taken_key(scheduler, clock)
+    response = staff.post(change_url(taken).removesuffix("change/") + "requeue/", follow=True)
+    assert response.status_code == 200 and response.redirect_chain[-1][0] == change_url(taken)
+    assert messages_of(response) == [
+        (
+            "warning",
+            f"1 run(s) not requeued: run {taken.pk} cannot be requeued: unfinished run {holder.pk} "
+            "of task tests.noop holds its unique key 'nightly'",
+        )
+    ]
+    assert Run.objects.get(pk=taken.pk).state == RunState.CANCELLED
+
+
 def test_requeue_and_cancel_buttons_on_the_change_page(staff, scheduler, make_schedule):
     dead = dead_run(scheduler, make_schedule)
     base = change_url(dead).removesuffix("change/")

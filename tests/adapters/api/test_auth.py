@@ -14,11 +14,12 @@ from rest_framework.authentication import SessionAuthentication, TokenAuthentica
 from rest_framework.test import APIClient
 
 from distsched_app.metrics import MetricsView
-from distsched_app.models import Run, RunEvent, Schedule
+from distsched_app.models import QueueEvent, QueuePause, Run, RunEvent, Schedule
+from distsched_app.services import queues
 
 pytestmark = pytest.mark.django_db
 
-VIEW_ALL = ["view_schedule", "view_run", "view_worker"]
+VIEW_ALL = ["view_schedule", "view_run", "view_worker", "view_queuepause"]
 
 # name -> make_api_user options (None: no credentials at all)
 ROLES = {
@@ -27,7 +28,7 @@ ROLES = {
     "viewer": {"staff": True, "perms": VIEW_ALL},
     "viewer_not_staff": {"perms": VIEW_ALL},
     "schedule_viewer": {"staff": True, "perms": ["view_schedule"]},
-    "changer": {"staff": True, "perms": ["change_schedule", "change_run", "change_worker"]},
+    "changer": {"staff": True, "perms": ["change_schedule", "change_run", "change_worker", "change_queuepause"]},
     "adder": {"staff": True, "perms": ["add_schedule"]},
     "run_adder": {"perms": ["add_run"]},  # e.g. a service account that enqueues work
     "deleter": {"staff": True, "perms": ["delete_schedule"]},
@@ -79,6 +80,11 @@ ENDPOINTS = {
     "runs-requeue": Endpoint("post", "/api/runs/{cancelled}/requeue", {"changer", "superuser"}, 200, writes=True),
     "workers": Endpoint("get", "/api/workers", READ_RUNS, 200),  # the same roles hold view/change_worker
     "stats": Endpoint("get", "/api/stats", READ_RUNS, 200),  # stats need what reading runs needs
+    "queues-list": Endpoint("get", "/api/queues", READ_RUNS, 200),  # the same roles hold view/change_queuepause
+    "queues-pause": Endpoint(
+        "post", "/api/queues/reports/pause", {"changer", "superuser"}, 200, body={"reason": "r"}, writes=True
+    ),
+    "queues-resume": Endpoint("post", "/api/queues/held/resume", {"changer", "superuser"}, 200, writes=True),
     "schema": Endpoint("get", "/api/schema?format=json", ANY_PERMISSION, 200),
     "docs": Endpoint("get", "/api/docs", ANY_PERMISSION, 200, anonymous=302),
     "metrics": Endpoint("get", "/metrics", {"metrics", "superuser"}, 200),
@@ -87,10 +93,11 @@ ENDPOINTS = {
 
 @pytest.fixture
 def world(api_clock, scheduler, make_schedule, monkeypatch):
-    """s1 with a pending run, p1 paused, a cancelled run of s1; returns the runs' ids."""
+    """s1 with a pending run, p1 paused, a cancelled run of s1, queue "held" paused; returns the runs' ids."""
     make_schedule("s1")
     make_schedule("p1")
     scheduler.pause("p1")
+    queues.pause_queue("held", now=api_clock.now(), by="code:tests")
     [run] = scheduler.tick()
     cancelled = scheduler.cancel_run(scheduler.trigger("s1").pk)
     return {"run": run.pk, "cancelled": cancelled.pk}
@@ -100,7 +107,8 @@ def snapshot() -> tuple:
     """Everything a write could change."""
     schedules = list(Schedule.objects.order_by("name").values_list("name", "max_attempts", "paused", "next_run_at"))
     runs = list(Run.objects.order_by("id").values_list("id", "state", "cancel_requested", "max_attempts"))
-    return schedules, runs, RunEvent.objects.count()
+    pauses = list(QueuePause.objects.order_by("queue").values_list("queue", "paused_by", "reason"))
+    return schedules, runs, RunEvent.objects.count(), pauses, QueueEvent.objects.count()
 
 
 def client_for(role: str, make_api_user, token_client) -> APIClient:
@@ -175,6 +183,7 @@ def test_every_endpoint_of_the_api_is_in_the_matrix():
             ("post", "requeue"),
         },
         "WorkerViewSet": {("get", "list")},
+        "QueueViewSet": {("get", "list"), ("post", "pause"), ("post", "resume")},
         "StatsView": {("get", "get")},
         "SchemaView": {("get", "get")},
         "DocsView": {("get", "get")},
@@ -186,7 +195,7 @@ def test_every_endpoint_of_the_api_is_in_the_matrix():
 def test_authentication_is_set_on_every_view_not_read_from_settings():
     """Token then session on every view, /metrics included, whatever the host's REST_FRAMEWORK says."""
     views = routed_views()
-    assert MetricsView in views and len(views) == 7
+    assert MetricsView in views and len(views) == 8
     for cls in views:
         assert cls.authentication_classes == [TokenAuthentication, SessionAuthentication], cls
 

@@ -26,6 +26,9 @@ PATHS = {
     "/api/runs/{id}/requeue/": {"post"},
     "/api/workers/": {"get"},
     "/api/stats/": {"get"},
+    "/api/queues/": {"get"},
+    "/api/queues/{name}/pause/": {"post"},
+    "/api/queues/{name}/resume/": {"post"},
 }
 
 

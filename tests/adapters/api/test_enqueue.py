@@ -98,7 +98,7 @@ def test_an_own_retry_policy_is_kept_and_followed(api, api_clock, worker):
 def test_a_taken_unique_key_returns_the_active_run_and_writes_nothing(api, api_clock):
     first = api.post("/api/runs", {"task_name": "tests.noop", "unique_key": "nightly"})
     assert first.status_code == 201
-    again = api.post("/api/runs", {"task_name": "tests.echo", "args": [1], "unique_key": "nightly", "priority": 9})
+    again = api.post("/api/runs", {"task_name": "tests.noop", "args": [1], "unique_key": "nightly", "priority": 9})
     assert again.status_code == 200
     got = again.json()
     assert got["created"] is False and got["id"] == first.json()["id"]
@@ -113,6 +113,35 @@ def test_a_taken_unique_key_returns_the_active_run_and_writes_nothing(api, api_c
     third = api.post("/api/runs", {"task_name": "tests.noop", "unique_key": "nightly"})
     assert third.status_code == 201 and third.json()["created"] is True and third.json()["id"] != run.pk
     assert Run.objects.count() == 2
+
+
+def test_a_unique_key_another_task_holds_enqueues_this_one(api):
+    first = api.post("/api/runs", {"task_name": "tests.noop", "unique_key": "nightly"}).json()
+    other = api.post("/api/runs", {"task_name": "tests.echo", "args": [1], "unique_key": "nightly"})
+    assert other.status_code == 201
+    got = other.json()
+    assert (got["created"], got["task_name"], got["args"], got["unique_key"]) == (True, "tests.echo", [1], "nightly")
+    assert got["id"] != first["id"] and Run.objects.count() == 2
+
+
+def test_a_taken_unique_key_discloses_nothing_to_a_caller_who_may_not_read_runs(api, make_api_user, token_client):
+    """A service account holding ``add_run`` alone learns that the key is taken, not whose run
+    holds it nor what that run carries (its id, arguments, result or error)."""
+    secret = api.post(
+        "/api/runs", {"task_name": "tests.echo", "kwargs": {"token": "s3cr3t"}, "unique_key": "report-7"}
+    ).json()
+    enqueuer = token_client(make_api_user("enqueuer", perms=["add_run"]))
+    response = enqueuer.post("/api/runs", {"task_name": "tests.echo", "args": [2], "unique_key": "report-7"})
+    assert response.status_code == 200
+    assert response.json() == {"created": False, "task_name": "tests.echo", "unique_key": "report-7"}
+    assert "s3cr3t" not in response.content.decode() and Run.objects.count() == 1
+    # What it sends itself still comes back in full.
+    own = enqueuer.post("/api/runs", {"task_name": "tests.echo", "args": [3], "unique_key": "report-8"})
+    assert own.status_code == 201 and own.json()["args"] == [3] and own.json()["id"] != secret["id"]
+    # A caller who may read runs gets the run that holds the key, as before.
+    viewer = token_client(make_api_user("viewer", perms=["add_run", "view_run"]))
+    seen = viewer.post("/api/runs", {"task_name": "tests.echo", "unique_key": "report-7"}).json()
+    assert (seen["created"], seen["id"], seen["kwargs"]) == (False, secret["id"], {"token": "s3cr3t"})
 
 
 @pytest.mark.parametrize(
@@ -137,6 +166,7 @@ def test_a_taken_unique_key_returns_the_active_run_and_writes_nothing(api, api_c
         ({"task_name": "tests.noop", "queue": "q" * 101}, "queue"),
         ({"task_name": "tests.noop", "unique_key": "k" * 256}, "unique_key"),
         ({"task_name": "tests.noop", "unique_key": "nul\u0000"}, "unique_key"),
+        ({"task_name": "tests.noop", "unique_key": "  "}, "unique_key"),  # blank: not a key, and not "none"
         ({"task_name": "tests.noop", "max_attempts": 0}, "max_attempts"),
         ({"task_name": "tests.noop", "retry_base_seconds": -1}, "retry_base_seconds"),
         ({"task_name": "tests.noop", "retry_base_seconds": 7200}, "retry_max_seconds"),  # above the default cap
@@ -248,7 +278,7 @@ def test_enqueued_runs_in_the_list_have_no_schedule(api, mixed):
     assert results[mixed["ticked"]]["retry_policy"] is None  # it follows its schedule's
     assert results[mixed["high"]]["retry_policy"]["max_attempts"] == 3
     detail = api.get(f"/api/runs/{mixed['low']}").json()
-    assert detail == {**results[mixed["low"]]}
+    assert detail == {**results[mixed["low"]], "queue_pause": None}  # the detail adds its queue's pause
 
 
 @pytest.mark.parametrize(

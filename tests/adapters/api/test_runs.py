@@ -191,7 +191,8 @@ def test_detail_of_a_running_run(api, api_clock, scheduler, make_schedule):
     response = api.get(f"/api/runs/{run.pk}/")
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == RUN_KEYS
+    assert set(body) == RUN_KEYS | {"queue_pause"}  # the detail adds the queue's pause
+    assert body["queue_pause"] is None
     assert body["schedule"] == "s1" and body["state"] == RunState.RUNNING
     assert (body["attempts"], body["max_attempts"], body["lease_owner"]) == (1, 4, "w1")
     assert body["lease_expires_at"] == iso(T0 + timedelta(seconds=32))
@@ -309,3 +310,17 @@ def test_requeue_a_dead_run(api, api_clock, scheduler, make_schedule):
     assert body["available_at"] == iso(T0 + timedelta(minutes=1)) and body["finished_at"] is None
     assert body["scheduled_for"] == iso(T0)
     assert api.get(f"/api/runs/{run.pk}/events").json()["results"][-1]["event_type"] == "requeued"
+
+
+def test_requeue_a_run_whose_unique_key_is_taken_is_a_conflict(api):
+    first = api.post("/api/runs", {"task_name": "tests.noop", "unique_key": "nightly"}).json()["id"]
+    assert api.post(f"/api/runs/{first}/cancel").status_code == 200
+    second = api.post("/api/runs", {"task_name": "tests.noop", "unique_key": "nightly"}).json()["id"]
+    response = api.post(f"/api/runs/{first}/requeue")
+    assert response.status_code == 409
+    assert response.json() == {
+        "detail": f"run {first} cannot be requeued: unfinished run {second} of task tests.noop "
+        "holds its unique key 'nightly'"
+    }
+    assert Run.objects.get(pk=first).state == RunState.CANCELLED
+    assert Run.objects.get(pk=second).state == RunState.PENDING

@@ -85,6 +85,9 @@ OPERATIONS = [
     ("POST", "/api/runs/{id}/requeue/"),
     ("GET", "/api/workers/"),
     ("GET", "/api/stats/"),
+    ("GET", "/api/queues/"),
+    ("POST", "/api/queues/{name}/pause/"),
+    ("POST", "/api/queues/{name}/resume/"),
 ]
 
 
@@ -96,8 +99,8 @@ def test_every_operation_is_fuzzed(api_schema):
     assert sorted(_operations(api_schema)) == sorted(OPERATIONS)
 
 
-# GET /api/stats takes no input at all, so there is no invalid request to generate for it.
-NO_INPUT = {("GET", "/api/stats/")}
+# GET /api/stats and /api/queues take no input at all, so there is no invalid request to generate for them.
+NO_INPUT = {("GET", "/api/stats/"), ("GET", "/api/queues/")}
 CASES = [
     pytest.param(method, path, mode, id=f"{mode.value} {method} {path}")
     for method, path in OPERATIONS

@@ -334,6 +334,19 @@ def test_run_requeue(cli, three_runs):
     )
 
 
+def test_run_requeue_refuses_a_unique_key_another_run_holds(cli, clock):
+    cli("run", "enqueue", "tests.noop", "--unique-key", "nightly")
+    first = Run.objects.get()
+    cli("run", "cancel", str(first.pk))
+    cli("run", "enqueue", "tests.noop", "--unique-key", "nightly")
+    holder = Run.objects.exclude(pk=first.pk).get()
+    assert error_of(cli, "run", "requeue", str(first.pk)) == (
+        f"run {first.pk} cannot be requeued: unfinished run {holder.pk} of task tests.noop "
+        "holds its unique key 'nightly'"
+    )
+    assert Run.objects.get(pk=first.pk).state == RunState.CANCELLED
+
+
 # ------------------------------------------------------------- workers, stats, prune
 
 

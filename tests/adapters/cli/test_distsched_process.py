@@ -12,6 +12,8 @@ from tests.concurrency.procs import finish, manage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+DEEP = "[" * 5000 + "]" * 5000  # json.loads raises RecursionError
+
 # (argv, expected exit code, expected start of the one stderr line)
 FAILURES = [
     (["distsched"], 2, "manage.py distsched: error: the following arguments are required"),
@@ -53,6 +55,16 @@ FAILURES = [
         ["distsched", "run", "enqueue", "tests.noop", "--priority", "500"],
         1,
         "CommandError: priority must be between -100 and 100",
+    ),
+    (
+        ["distsched", "schedule", "create", "x", "--task", "tests.noop", "--interval", "60", "--args", DEEP],
+        2,
+        "manage.py distsched schedule create: error: argument --args: args is nested deeper than",
+    ),
+    (
+        ["distsched", "run", "enqueue", "tests.noop", "--kwargs", f'{{"k": {DEEP}}}'],
+        2,
+        "manage.py distsched run enqueue: error: argument --kwargs: kwargs is nested deeper than",
     ),
 ]
 

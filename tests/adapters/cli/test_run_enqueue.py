@@ -95,11 +95,14 @@ def test_a_later_run_says_when(cli):
 def test_a_taken_unique_key_shows_the_active_run_and_writes_nothing(cli):
     cli("run", "enqueue", "tests.noop", "--unique-key", "nightly")
     run = Run.objects.get()
-    out = cli("run", "enqueue", "tests.echo", "--unique-key", "nightly", "--priority", "9")
+    out = cli("run", "enqueue", "tests.noop", "--unique-key", "nightly", "--priority", "9")
     assert out == f"run {run.pk} holds unique key 'nightly' and is pending: nothing enqueued\n"
-    doc = json.loads(cli("run", "enqueue", "tests.echo", "--unique-key", "nightly", "--json"))
-    assert (doc["id"], doc["created"], doc["task_name"]) == (run.pk, False, "tests.noop")
+    doc = json.loads(cli("run", "enqueue", "tests.noop", "--unique-key", "nightly", "--json"))
+    assert (doc["id"], doc["created"], doc["task_name"], doc["priority"]) == (run.pk, False, "tests.noop", 0)
     assert Run.objects.count() == 1 and RunEvent.objects.count() == 1
+    # The key is held per task: another task's run with it is enqueued.
+    out = cli("run", "enqueue", "tests.echo", "--unique-key", "nightly")
+    assert out.startswith("created run ") and Run.objects.filter(unique_key="nightly").count() == 2
 
 
 @pytest.mark.parametrize(
@@ -115,6 +118,7 @@ def test_a_taken_unique_key_shows_the_active_run_and_writes_nothing(cli):
         (["tests.noop", "--kwargs", "[1]"], "kwargs must be a JSON object"),
         (["tests.noop", "--unique-key", "k" * 256], "unique_key must be a string of at most 255 characters"),
         (["tests.noop", "--unique-key", "bad\udcff"], "unique_key contains"),
+        (["tests.noop", "--unique-key", "  "], "unique_key must not be blank"),
     ],
 )
 def test_typed_errors_are_one_line_and_write_nothing(cli, args, expected):

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.authtoken.models import Token
 
 from distsched_app.models import EventType, Origin, Run, RunState, Schedule, WorkerStatus
-from distsched_app.services import events, workers
+from distsched_app.services import events, queues, workers
 from tests.conftest import T0
 
 pytestmark = pytest.mark.django_db
@@ -388,10 +388,11 @@ def test_overdue_clears_when_a_tick_runs(client, world, scheduler):
 
 
 def test_query_count_is_fixed(client, world, django_assert_num_queries, make_schedule, clock):
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(10):
         client.get("/metrics")
-    # More rows of every kind: still nine queries.
+    # More rows of every kind: still ten queries.
     for i in range(5):
+        queues.pause_queue(f"q{i}", now=clock.now(), by="code:tests")
         make_schedule(f"more-{i}", queue=f"q{i}")
         workers.register_worker(worker_id=f"extra-{i}", hostname="h", pid=1, queues=[], now=clock.now())
         make_run(
@@ -402,6 +403,21 @@ def test_query_count_is_fixed(client, world, django_assert_num_queries, make_sch
             started_at=T0 - timedelta(minutes=1),
             finished_at=T0,
         )
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(10):
         response = client.get("/metrics")
     assert sample(parse(response)[1], "distsched_runs_succeeded_total", queue="q4") == 1
+    assert sample(parse(response)[1], "distsched_queue_paused", queue="q4") == 1
+
+
+def test_a_paused_queue_is_a_gauge_of_one_until_it_is_resumed(client, world, clock):
+    def paused(values: dict) -> dict:
+        return {labels: v for (name, labels), v in values.items() if name == "distsched_queue_paused"}
+
+    types, values = parse(client.get("/metrics"))
+    assert types["distsched_queue_paused"] == "gauge"
+    assert paused(values) == {}, "no queue is paused: no series"
+    queues.pause_queue("reports", now=clock.now(), by="user:alice", reason="vendor outage")
+    queues.pause_queue("default", now=clock.now(), by="code:tests")
+    assert paused(parse(client.get("/metrics"))[1]) == {(("queue", "default"),): 1, (("queue", "reports"),): 1}
+    queues.resume_queue("reports", now=clock.now(), by="user:alice")
+    assert paused(parse(client.get("/metrics"))[1]) == {(("queue", "default"),): 1}

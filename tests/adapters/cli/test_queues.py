@@ -1,0 +1,132 @@
+"""``manage.py distsched queue pause|resume|list|history``: output, --json, errors, the actor."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from distsched_app.management.commands.distsched import Command
+from distsched_app.models import QueueEvent, QueuePause, RunState
+from distsched_app.services import claiming, queues
+from distsched_app.services.enqueue import Job, enqueue
+from tests.concurrency.procs import finish, manage
+
+pytestmark = pytest.mark.django_db
+
+NOW = "2026-03-02T09:00:00Z"
+
+
+@pytest.fixture
+def cli(clock):
+    def run(*args: str) -> str:
+        out, err = StringIO(), StringIO()
+        call_command(Command(), *args, stdout=out, stderr=err)
+        assert err.getvalue() == ""
+        return out.getvalue()
+
+    return run
+
+
+def me() -> str:
+    return f"cli:{getpass.getuser()}"
+
+
+def test_pause_records_the_os_user_and_the_reason(cli):
+    out = cli("queue", "pause", "reports", "--reason", "vendor outage")
+    assert out.strip() == "paused queue reports: its runs are not claimed until it is resumed"
+    pause = QueuePause.objects.get()
+    assert (pause.queue, pause.paused_by, pause.reason) == ("reports", me(), "vendor outage")
+    assert me() == queues.cli_actor()
+
+
+def test_a_second_pause_says_who_holds_it_and_changes_nothing(cli, clock):
+    queues.pause_queue("reports", now=clock.now(), by="user:alice", reason="vendor outage")
+    out = cli("queue", "pause", "reports", "--reason", "mine")
+    assert out.strip() == f"queue reports was already paused by user:alice at {NOW}: 'vendor outage': nothing changed"
+    assert QueueEvent.objects.count() == 1
+
+
+def test_resume_and_resume_again(cli, clock):
+    queues.pause_queue("reports", now=clock.now(), by="user:alice", reason="vendor outage")
+    assert cli("queue", "resume", "reports").strip() == (
+        f"resumed queue reports (paused by user:alice at {NOW}: 'vendor outage')"
+    )
+    assert not QueuePause.objects.exists()
+    assert QueueEvent.objects.order_by("-id").first().actor == me()
+    assert cli("queue", "resume", "reports").strip() == "queue reports is not paused: nothing changed"
+
+
+def test_pause_and_resume_json(cli, clock):
+    document = json.loads(cli("queue", "pause", "reports", "--json"))
+    assert document == {
+        "queue": "reports",
+        "paused": True,
+        "changed": True,
+        "pause": {"paused_at": NOW, "paused_by": me(), "reason": ""},
+    }
+    document = json.loads(cli("queue", "resume", "reports", "--json"))
+    assert (document["paused"], document["changed"], document["pause"]["paused_by"]) == (False, True, me())
+
+
+def test_list_table_and_json(cli, clock):
+    for queue in ("default", "reports", "reports"):
+        enqueue(Job(task_name="tests.noop", queue=queue), now=clock.now())
+    claiming.claim_next_run(worker_id="w1", queues=["reports"], lease_seconds=30, now=clock.now())
+    queues.pause_queue("reports", now=clock.now(), by="user:alice", reason="vendor outage")
+    lines = cli("queue", "list").splitlines()
+    assert lines[0].split() == [
+        "QUEUE", "PENDING", "RETRYING", "LEASED", "RUNNING", "PAUSED", "PAUSED", "BY", "PAUSED", "AT", "REASON",
+    ]  # fmt: skip
+    assert lines[1].split() == ["default", "1", "0", "0", "0", "no", "-", "-", "-"]
+    assert lines[2].split() == ["reports", "1", "0", "0", "1", "yes", "user:alice", NOW, "vendor", "outage"]
+    document = json.loads(cli("queue", "list", "--json"))
+    assert document[1] == {
+        "queue": "reports",
+        "paused": True,
+        "runs": {"pending": 1, "retrying": 0, "leased": 0, "running": 1},
+        "pause": {"paused_at": NOW, "paused_by": "user:alice", "reason": "vendor outage"},
+    }
+    assert document[0]["pause"] is None and document[0]["runs"][RunState.PENDING] == 1
+
+
+def test_list_of_nothing(cli):
+    assert cli("queue", "list").strip() == "no queues with unfinished runs, none paused"
+    assert json.loads(cli("queue", "list", "--json")) == []
+
+
+def test_history_answers_who_paused_and_why_after_the_resume(cli, clock):
+    queues.pause_queue("reports", now=clock.now(), by="user:alice", reason="vendor outage")
+    clock.advance(seconds=60)
+    queues.resume_queue("reports", now=clock.now(), by="cli:bob")
+    lines = cli("queue", "history", "reports").splitlines()
+    assert lines[0].split() == ["AT", "ACTION", "BY", "REASON"]
+    assert lines[1].split() == ["2026-03-02T09:01:00Z", "resume", "cli:bob", "-"]
+    assert lines[2].split() == [NOW, "pause", "user:alice", "vendor", "outage"]
+    document = json.loads(cli("queue", "history", "reports", "--json", "--limit", "1"))
+    assert [(e["action"], e["actor"]) for e in document] == [("resume", "cli:bob")]
+    assert cli("queue", "history", "other").strip() == "queue other: no history"
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume", "history"])
+def test_a_bad_name_is_one_line_and_writes_nothing(cli, verb):
+    with pytest.raises(CommandError) as info:
+        cli("queue", verb, "bad name")
+    assert str(info.value) == "queue may contain only letters, digits, '.', '-' and '_' (1-100)"
+    assert not QueuePause.objects.exists() and not QueueEvent.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_as_a_real_process_errors_are_one_line_and_exit_codes_differ():
+    cases = [
+        (["distsched", "queue", "pause"], 2, "manage.py distsched queue pause: error: the following arguments"),
+        (["distsched", "queue", "pause", "bad name"], 1, "CommandError: queue may contain only letters"),
+        (["distsched", "queue", "stop", "x"], 2, "manage.py distsched queue: error: argument verb: invalid choice"),
+    ]
+    procs = [manage(*argv) for argv, _, _ in cases]
+    for (argv, code, line), (returncode, stdout, stderr) in zip(cases, finish(procs, timeout=120), strict=True):
+        assert (returncode, stdout) == (code, ""), (argv, stderr)
+        assert stderr.count("\n") == 1 and stderr.startswith(line), (argv, stderr)
