@@ -22,6 +22,7 @@ def check_distsched_settings(app_configs, **kwargs):
             problems.append(Warning(f"Unknown DISTSCHED setting {key!r}.", id="distsched.W001"))
     problems.extend(value_errors(user))
     problems.extend(queues_errors(user))
+    problems.extend(task_requires_errors(user))
     problems.extend(sqlite_mode_warnings(settings.DATABASES))
     lease = user.get("LEASE_SECONDS", DEFAULTS["LEASE_SECONDS"])
     beat = user.get("HEARTBEAT_SECONDS", DEFAULTS["HEARTBEAT_SECONDS"])
@@ -101,3 +102,21 @@ def queues_errors(user: dict) -> list[Error]:
     if "default" not in names:
         return [Error("DISTSCHED['QUEUES'] must include 'default' (where runs go unless told).", id="distsched.E003")]
     return []
+
+
+def task_requires_errors(user: dict) -> list[Error]:
+    """``TASK_REQUIRES``: a dict of task name -> non-empty list of capability names."""
+    from .services.capabilities import CAPABILITY_RULE, task_requires_problem
+
+    if "TASK_REQUIRES" not in user:
+        return []
+    problem = task_requires_problem(user["TASK_REQUIRES"])
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"DISTSCHED['TASK_REQUIRES'] {problem}.",
+            hint=f"For example {{'reports.render': ['gpu']}}; {CAPABILITY_RULE}.",
+            id="distsched.E004",
+        )
+    ]

@@ -34,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "NOTIFY": True,
     "LISTEN": True,
     "LISTEN_DATABASE_URL": "",
+    "TASK_REQUIRES": {},
 }
 
 

@@ -191,6 +191,12 @@ def families(s: Snapshot) -> Iterator[Metric]:
     for queue in s.paused_queues:
         paused.add_metric([queue], 1)
     yield paused
+    yield GaugeMetricFamily(
+        "distsched_runs_without_capable_worker",
+        "Waiting runs whose task requires capabilities (TASK_REQUIRES) that no live worker serving their queue "
+        "has all of: nothing can claim them until such a worker starts.",
+        value=s.runs_without_capable_worker,
+    )
 
 
 def _age(now: datetime, then: datetime | None) -> float:

@@ -160,10 +160,19 @@ class RunQuerySet(models.QuerySet):
             qs = qs.filter(queue__in=list(queues))
         return qs.order_by("-priority", "available_at", "id")
 
-    def claimable(self, now: datetime, queues: list[str] | tuple[str, ...] | None = None) -> RunQuerySet:
-        """``waiting`` runs a worker may claim: not in a paused queue (the rule ``db.claims`` states too)."""
+    def claimable(
+        self,
+        now: datetime,
+        queues: list[str] | tuple[str, ...] | None = None,
+        excluded_tasks: list[str] | tuple[str, ...] = (),
+    ) -> RunQuerySet:
+        """``waiting`` runs a worker may claim: not in a paused queue, not of a task whose required
+        capabilities it lacks (``services.capabilities``; the rules ``db.claims`` states too)."""
         column = f'"{self.model._meta.db_table}"."queue"'
-        return cast(RunQuerySet, self.waiting(now, queues).extra(where=[not_paused_sql(column)]))  # noqa: S610
+        qs = self.waiting(now, queues).extra(where=[not_paused_sql(column)])  # noqa: S610
+        if excluded_tasks:
+            qs = qs.exclude(task_name__in=list(excluded_tasks))
+        return cast(RunQuerySet, qs)
 
     def lease_expired(self, now: datetime, queues: list[str] | tuple[str, ...] | None = None) -> RunQuerySet:
         """Leased or running runs whose owner missed its lease deadline."""
@@ -332,6 +341,8 @@ class Worker(models.Model):
     hostname = models.CharField(max_length=255, blank=True, default="")
     pid = models.PositiveIntegerField(null=True, blank=True)
     queues = StorableJSONField(default=list, blank=True)
+    # What it offers (runworker --capability): runs of a task in TASK_REQUIRES need all of theirs.
+    capabilities = StorableJSONField(default=list, blank=True)
     started_at = models.DateTimeField()
     heartbeat_at = models.DateTimeField()
     status = models.CharField(max_length=10, choices=WorkerStatus.choices, default=WorkerStatus.ACTIVE)

@@ -66,9 +66,20 @@ class Scheduler:
         return list(Run.objects.filter(pk__in=ids).select_related("schedule").order_by("scheduled_for", "id"))
 
     def claim_next_run(
-        self, *, worker_id: str, queues: list[str] | None = None, lease_seconds: float = 30
+        self,
+        *,
+        worker_id: str,
+        queues: list[str] | None = None,
+        lease_seconds: float = 30,
+        capabilities: list[str] | None = None,
     ) -> Run | None:
-        return claiming.claim_next_run(worker_id=worker_id, queues=queues, lease_seconds=lease_seconds, now=self.now())
+        return claiming.claim_next_run(
+            worker_id=worker_id,
+            queues=queues,
+            lease_seconds=lease_seconds,
+            now=self.now(),
+            capabilities=capabilities or (),
+        )
 
     def get_run(self, run_id: int) -> Run:
         return runs.get_run(run_id)

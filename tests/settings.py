@@ -7,6 +7,7 @@ settings). ``tests/deployment`` checks the project's own settings in fresh
 processes.
 """
 
+import json
 import os
 
 from scheduler_project.settings import *  # noqa: F403
@@ -22,6 +23,9 @@ DISTSCHED = {}
 # needs a direct connection (README, "PostgreSQL deployment").
 if os.environ.get("DISTSCHED_TEST_LISTEN_DATABASE_URL"):
     DISTSCHED["LISTEN_DATABASE_URL"] = os.environ["DISTSCHED_TEST_LISTEN_DATABASE_URL"]
+# Real worker processes of the capability tests: their TASK_REQUIRES, as JSON.
+if os.environ.get("DISTSCHED_TEST_TASK_REQUIRES"):
+    DISTSCHED["TASK_REQUIRES"] = json.loads(os.environ["DISTSCHED_TEST_TASK_REQUIRES"])
 if os.environ.get("DISTSCHED_REQUIRE_PGBOUNCER"):
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True  # Django's advice behind PgBouncer
 # Ours next to the framework's reference backend, for the conformance tests (any queue name).

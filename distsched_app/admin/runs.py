@@ -19,7 +19,9 @@ from django.db.models import Q
 from django.urls import path
 from django.utils.html import format_html
 
+from ..clock import current_clock
 from ..models import QueuePause, Run, RunState, Schedule
+from ..services import capabilities as capability_service
 from ..services import enqueue as enqueue_service
 from ..services import queues as queue_service
 from ..services import runs as run_service
@@ -90,6 +92,7 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
                     "origin",
                     "queue",
                     "queue_pause",
+                    "waiting_for_capabilities",
                     "priority",
                     "unique_key_text",
                     "idempotency_key",
@@ -205,6 +208,14 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
             " (cancel requested)" if obj.cancel_requested and obj.state in run_service.CANCELLABLE_COOPERATIVELY else ""
         )
         return format_html("{}{}", state_badge(obj.state), extra)
+
+    @admin.display(description="waiting for capabilities")
+    def waiting_for_capabilities(self, obj: Run) -> str:
+        """A waiting run no live worker can take: what its task requires (one query, on the run's page only)."""
+        needs = capability_service.waiting_for_capabilities(obj, now=current_clock().now())
+        if not needs:
+            return "-"
+        return f"{', '.join(needs)} (no live worker serving queue {obj.queue} has all of them)"
 
     @admin.display(description="queue paused")
     def queue_pause(self, obj: Run) -> str:

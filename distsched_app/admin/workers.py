@@ -17,7 +17,7 @@ class WorkerAdmin(DistschedMedia, StorableLookupsMixin, admin.ModelAdmin):
     list_filter = (WorkerLivenessFilter, "status")
     search_fields = ("worker_id", "hostname")
     list_per_page = 100
-    fields_before = ("worker_id", "hostname", "pid", "queues", "status")
+    fields_before = ("worker_id", "hostname", "pid", "queues", "capabilities_text", "status")
     fields_after = ("heartbeat_at_utc", "current_run_link", "runs_executed", "clock_skew_seconds", "started_at_utc")
     heartbeat_at_utc = timestamp_field("heartbeat_at", "last heartbeat (UTC)", ms=True)
     started_at_utc = timestamp_field("started_at", "started at (UTC)")
@@ -54,6 +54,7 @@ class WorkerAdmin(DistschedMedia, StorableLookupsMixin, admin.ModelAdmin):
             "hostname",
             "pid",
             "queues_text",
+            "capabilities_text",
             "status",
             liveness,
             heartbeat_age,
@@ -71,6 +72,10 @@ class WorkerAdmin(DistschedMedia, StorableLookupsMixin, admin.ModelAdmin):
     @admin.display(description="queues")
     def queues_text(self, obj: Worker) -> str:
         return ", ".join(obj.queues) if obj.queues else "all"
+
+    @admin.display(description="capabilities")
+    def capabilities_text(self, obj: Worker) -> str:
+        return ", ".join(obj.capabilities) if obj.capabilities else "-"
 
     @admin.display(description="current run")
     def current_run_link(self, obj: Worker) -> str:

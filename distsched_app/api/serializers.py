@@ -30,6 +30,7 @@ from ..models import (
     Worker,
     schedule_name_of,
 )
+from ..services import capabilities as capability_service
 from ..services import enqueue as enqueue_service
 from ..services import queries
 from ..services import queues as queue_service
@@ -221,21 +222,29 @@ class QueuePauseSerializer(serializers.ModelSerializer):
 
 
 class RunDetailSerializer(RunSerializer):
-    """``GET /api/runs/{id}``: the run, and its queue's pause when that queue is paused (one more query)."""
+    """``GET /api/runs/{id}``: the run, and its queue's pause when that queue is paused (one more query);
+    ``context["now"]`` is the request's single reading of the clock."""
 
     queue_pause = serializers.SerializerMethodField(
         help_text="While the run's queue is paused (its waiting runs are not claimed): who paused it, when "
         "and why; null otherwise."
     )
+    waiting_for_capabilities = serializers.SerializerMethodField(
+        help_text="While the run waits: the capabilities its task requires (TASK_REQUIRES) when no live worker "
+        "serving its queue has all of them, so nothing can claim it yet; empty otherwise."
+    )
 
     class Meta(RunSerializer.Meta):
-        fields = [*RUN_FIELDS, "queue_pause"]
+        fields = [*RUN_FIELDS, "queue_pause", "waiting_for_capabilities"]
         read_only_fields = fields
 
     @extend_schema_field(QueuePauseSerializer(allow_null=True))
     def get_queue_pause(self, run: Run) -> dict[str, Any] | None:
         pause = queue_service.pause_of(run.queue)
         return None if pause is None else QueuePauseSerializer(pause).data
+
+    def get_waiting_for_capabilities(self, run: Run) -> list[str]:
+        return capability_service.waiting_for_capabilities(run, now=self.context["now"])
 
 
 class EnqueuedRunSerializer(RunSerializer):
@@ -298,6 +307,12 @@ class WorkerSerializer(serializers.ModelSerializer):
     """``context["now"]`` is the request's single reading of the clock."""
 
     queues = serializers.ListField(child=serializers.CharField(), read_only=True)
+    capabilities = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="What it offers (runworker --capability): it claims runs of a task in TASK_REQUIRES only with all "
+        "of that task's capabilities.",
+    )
     current_run = serializers.IntegerField(
         source="current_run_id", read_only=True, allow_null=True, help_text="Id of the run it is executing."
     )
@@ -313,6 +328,7 @@ class WorkerSerializer(serializers.ModelSerializer):
             "hostname",
             "pid",
             "queues",
+            "capabilities",
             "status",
             "stale",
             "started_at",

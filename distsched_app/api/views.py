@@ -291,7 +291,8 @@ class RunViewSet(ApiView, viewsets.GenericViewSet):
         )
 
     def retrieve(self, request: Request, id: str) -> Response:
-        return Response(RunDetailSerializer(run_service.get_run(run_id(id))).data)
+        run = run_service.get_run(run_id(id))
+        return Response(RunDetailSerializer(run, context={"now": self.now()}).data)
 
     @extend_schema(
         operation_id="runs_events",

@@ -4,8 +4,9 @@ for expired leases (most of them; a woken worker's among them).
 Through the ORM the claim is four statements and a transaction, and on a woken
 idle worker building them costs more than running them: a few milliseconds
 between a notification and the task's start. Here
-the same claim is one data-modifying statement, built once: lock the due
-runs outside paused queues (``FOR UPDATE SKIP LOCKED``, in the order the claim index gives), mark
+the same claim is one data-modifying statement, built once per shape: lock the due
+runs outside paused queues, of tasks the worker may take (``FOR UPDATE SKIP
+LOCKED``, in the order the claim index gives), mark
 the first ``started`` of them ``running`` and the rest ``leased``, append
 their ``claimed`` (and ``started``) events, and return the runs with their
 schedules. The rules are ``claim_runs``'; only the number of round trips differs.
@@ -35,8 +36,9 @@ def _columns(model: type[Model]) -> list[Field]:
 
 
 @cache
-def _claim_sql(queues: int) -> str:
-    """The statement for a worker of ``queues`` queues (0: any queue)."""
+def _claim_sql(queues: int, excluded: int = 0) -> str:
+    """The statement for a worker of ``queues`` queues (0: any queue) that may not take runs of
+    ``excluded`` tasks (their required capabilities it lacks; 0: no clause)."""
     runs, events, schedules = _q(Run._meta.db_table), _q(RunEvent._meta.db_table), _q(Schedule._meta.db_table)
     waiting = ", ".join(f"'{s}'" for s in WAITING_STATES)  # literals: the partial claim index's predicate
     # One placeholder per queue, as the ORM writes it: "queue IN ('default')" lets the planner walk
@@ -45,6 +47,9 @@ def _claim_sql(queues: int) -> str:
     queue = f" AND queue IN ({', '.join(f'%(q{i})s' for i in range(queues))})" if queues else ""
     # Paused queues' runs are not claimed: the rule RunQuerySet.claimable states, from the same function.
     unpaused = f" AND {not_paused_sql(f'{runs}.queue')}"
+    # Tasks whose required capabilities this worker lacks (services.capabilities), one placeholder each.
+    if excluded:
+        unpaused += f" AND task_name NOT IN ({', '.join(f'%(x{i})s' for i in range(excluded))})"
     run_cols = ", ".join(f"c.{_q(f.column)}" for f in _columns(Run))
     schedule_cols = ", ".join(f"s.{_q(f.column)}" for f in _columns(Schedule))
     return (
@@ -96,14 +101,17 @@ def claim_waiting(
     now: datetime,
     limit: int,
     start_all: bool,
+    excluded_tasks: Sequence[str] = (),
 ) -> list[Run] | None:
     """``claim_runs(include_expired=False)`` in one statement; None where there is no such
     statement (SQLite has no data-modifying CTEs: the caller claims through the ORM)."""
     if connection.vendor != "postgresql":
         return None
     queues = list(queues or ())
+    excluded = list(excluded_tasks)
     params: dict[str, Any] = {
         **{f"q{i}": queue for i, queue in enumerate(queues)},
+        **{f"x{i}": task_name for i, task_name in enumerate(excluded)},
         "now": now,
         "limit": limit,
         "started": limit if start_all else 1,
@@ -111,7 +119,7 @@ def claim_waiting(
         "expires": now + timedelta(seconds=lease_seconds),
     }
     with connection.cursor() as cursor:
-        cursor.execute(_claim_sql(len(queues)), params)
+        cursor.execute(_claim_sql(len(queues), len(excluded)), params)
         rows = cursor.fetchall()
     width = len(_columns(Run))
     claimed = []

@@ -12,6 +12,13 @@ with neither would need a compare-and-set on the state and attempt read here.
 Runs of a paused queue (``services.queues``) are not claimed: the waiting runs
 come from ``Run.objects.claimable``, and an expired lease in a paused queue is
 recovered (dead when out of attempts) but put back to pending, not re-claimed.
+
+Runs of a task whose required capabilities (``DISTSCHED["TASK_REQUIRES"]``,
+``services.capabilities``) the worker lacks are not claimed either: both paths
+add ``task_name NOT IN (...)``, computed from the setting on each claim. An
+expired lease of such a run is recovered like one in a paused queue (dead when
+out of attempts, else back to pending), so a capable worker claims it next and
+the run shows as waiting meanwhile, not as running under a dead owner.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from .. import tracing
 from ..clock import iso_utc
 from ..db import claims, locks
 from ..models import EventType, Run, RunEvent, RunQuerySet, RunState, Schedule
+from . import capabilities as capability_service
 from . import events
 from . import queues as queue_service
 
@@ -57,6 +65,7 @@ def claim_runs(
     limit: int = 1,
     include_expired: bool = True,
     start_all: bool = False,
+    capabilities: Sequence[str] = (),
 ) -> list[Run]:
     """Claim up to ``limit`` runs: expired leases first, then due runs by time (a span
     ``distsched.claim`` when it claimed any, with OpenTelemetry).
@@ -70,11 +79,19 @@ def claim_runs(
     instead of run again. ``include_expired=False`` skips the lease-recovery
     query (a worker checks it periodically, not on every claim).
     ``start_all`` marks every claimed run ``running`` (a worker with that many
-    free threads starts them all at once).
+    free threads starts them all at once). ``capabilities`` are the worker's: runs of a
+    task that requires others are left alone (``services.capabilities``).
     """
+    excluded = capability_service.excluded_tasks(capabilities)
     if not include_expired:  # waiting runs only: one statement where the database allows it
         claimed = claims.claim_waiting(
-            worker_id=worker_id, queues=queues, lease_seconds=lease_seconds, now=now, limit=limit, start_all=start_all
+            worker_id=worker_id,
+            queues=queues,
+            lease_seconds=lease_seconds,
+            now=now,
+            limit=limit,
+            start_all=start_all,
+            excluded_tasks=excluded,
         )
         if claimed is not None:
             return claimed
@@ -100,6 +117,10 @@ def claim_runs(
                 held = not abandoned and run.queue in paused
                 if held:
                     message += f"; queue {run.queue} is paused: back to pending until it is resumed"
+                elif not abandoned and run.task_name in excluded:
+                    held = True
+                    lacking = ", ".join(capability_service.missing_capabilities(run.task_name, capabilities))
+                    message += f"; this worker lacks {lacking}: back to pending for a worker that has it"
                 new_events.append(
                     events.NewEvent(
                         run_id=run.pk,
@@ -119,7 +140,8 @@ def claim_runs(
         if forgiven:
             Run.objects.filter(pk__in=forgiven).update(max_attempts=F("max_attempts") + 1)
         if len(candidates) < limit:
-            candidates.extend(_lock(Run.objects.claimable(now, queues))[: limit - len(candidates)])
+            waiting = Run.objects.claimable(now, queues, excluded)
+            candidates.extend(_lock(waiting)[: limit - len(candidates)])
         if not candidates:
             events.record_many(new_events)
             return []
@@ -173,9 +195,18 @@ def claim_runs(
     return candidates
 
 
-def claim_next_run(*, worker_id: str, queues: Sequence[str] | None, lease_seconds: float, now: datetime) -> Run | None:
+def claim_next_run(
+    *,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    lease_seconds: float,
+    now: datetime,
+    capabilities: Sequence[str] = (),
+) -> Run | None:
     """Claim the single oldest eligible run, or return None."""
-    runs = claim_runs(worker_id=worker_id, queues=queues, lease_seconds=lease_seconds, now=now, limit=1)
+    runs = claim_runs(
+        worker_id=worker_id, queues=queues, lease_seconds=lease_seconds, now=now, limit=1, capabilities=capabilities
+    )
     return runs[0] if runs else None
 
 
@@ -209,8 +240,9 @@ def _finish_abandoned(run: Run, now: datetime, new_events: list[events.NewEvent]
 
 
 def _back_to_pending(run: Run, now: datetime) -> None:
-    """An expired lease in a paused queue: waiting again (attempt counted, as a re-claim would
-    count it), claimed once the queue is resumed."""
+    """An expired lease in a paused queue, or of a task this worker may not take: waiting again
+    (attempt counted, as a re-claim would count it), claimed once the queue is resumed or by a
+    worker with the capabilities."""
     Run.objects.filter(pk=run.pk, attempts=run.attempts, state=run.state).update(
         state=RunState.PENDING, lease_owner="", lease_expires_at=None, available_at=now, updated_at=now
     )
@@ -218,17 +250,19 @@ def _back_to_pending(run: Run, now: datetime) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class NextDue:
-    run: datetime | None  # earliest available_at of a claimable run (paused queues' runs are not)
+    run: datetime | None  # earliest available_at of a claimable run (paused queues' runs and excluded tasks' are not)
     schedule: datetime | None  # earliest next_run_at of an active schedule
 
 
-def next_due(*, queues: Sequence[str] | None) -> NextDue:
+def next_due(*, queues: Sequence[str] | None, capabilities: Sequence[str] = ()) -> NextDue:
     """When the next claimable run, and the next schedule slot, come due on these
     queues: lets an idle worker sleep until then instead of a full poll. A paused
     queue's runs are left out: a worker would wake for a run it may not claim
-    (a resume wakes it by notification, or its next poll)."""
+    (a resume wakes it by notification, or its next poll). So are runs of tasks whose required
+    capabilities the worker lacks."""
     queues = list(queues) if queues else None
-    runs = Run.objects.claimable(datetime.max.replace(tzinfo=timezone.utc), queues).order_by()
+    excluded = capability_service.excluded_tasks(capabilities)
+    runs = Run.objects.claimable(datetime.max.replace(tzinfo=timezone.utc), queues, excluded).order_by()
     schedules = Schedule.objects.filter(paused=False, next_run_at__isnull=False)
     if queues:
         schedules = schedules.filter(queue__in=queues)

@@ -33,6 +33,7 @@ from ..conf import conf
 from ..db import server
 from ..db.expressions import Microseconds, UTCHour
 from ..models import EventType, Liveness, QueuePause, Run, RunEvent, RunState, Schedule, Worker
+from . import capabilities as capability_service
 from . import queue_labels
 
 RECENT = timedelta(hours=24)
@@ -294,10 +295,12 @@ class Snapshot:
     oldest_overdue: datetime | None
     queues: list[str] = field(default_factory=list)
     paused_queues: list[str] = field(default_factory=list)  # never folded: operators make them, one by one
+    runs_without_capable_worker: int = 0  # waiting runs whose task's capabilities no live worker has
 
 
 def read_snapshot(now: datetime) -> Snapshot:
-    """Ten small queries, each read from an index (the events table only through ``(event_type, created_at)``)."""
+    """Ten small queries (two more with TASK_REQUIRES), each read from an index (the events table
+    only through ``(event_type, created_at)``)."""
     # From the (state, queue, origin) index alone: no runs table row is read (see run_counts for exactness).
     runs = run_counts()
     # The claim query's partial index (queue, available_at) over waiting runs only.
@@ -355,6 +358,8 @@ def read_snapshot(now: datetime) -> Snapshot:
         oldest_overdue=overdue["oldest"],
         queues=queues,
         paused_queues=list(QueuePause.objects.order_by("queue").values_list("queue", flat=True)),
+        # No query while TASK_REQUIRES is empty.
+        runs_without_capable_worker=capability_service.runs_without_capable_worker(now),
     )
     return queue_labels.bounded(snapshot)  # at most METRICS_MAX_QUEUES queues labelled one by one
 

@@ -18,7 +18,15 @@ from ..text import storable
 HOSTNAME_MAX = 255
 
 
-def register_worker(*, worker_id: str, hostname: str, pid: int, queues: Sequence[str], now: datetime) -> Worker:
+def register_worker(
+    *,
+    worker_id: str,
+    hostname: str,
+    pid: int,
+    queues: Sequence[str],
+    now: datetime,
+    capabilities: Sequence[str] = (),
+) -> Worker:
     """Upsert the worker row at start (a restarted worker reuses its id)."""
     with transaction.atomic():
         worker, _ = Worker.objects.update_or_create(
@@ -27,6 +35,7 @@ def register_worker(*, worker_id: str, hostname: str, pid: int, queues: Sequence
                 "hostname": storable(hostname, HOSTNAME_MAX),
                 "pid": pid,
                 "queues": list(queues),
+                "capabilities": list(capabilities),
                 "started_at": now,
                 "heartbeat_at": now,
                 "status": WorkerStatus.ACTIVE,

@@ -27,6 +27,7 @@ from ..models import Run
 from ..registry import TaskRegistry
 from ..registry import registry as default_registry
 from ..services import workers
+from ..services.capabilities import excluded_tasks, validate_capabilities
 from ..services.validation import bounded_float, bounded_int, validate_queue, validate_worker_id
 from ..text import storable
 from .execute import Execution, describe_exception, format_traceback
@@ -66,6 +67,7 @@ class Worker:
         *,
         worker_id: str | None = None,
         queues: Sequence[str] | None = None,
+        capabilities: Sequence[str] | None = None,
         lease_seconds: float | None = None,
         poll_interval: float | None = None,
         heartbeat_seconds: float | None = None,
@@ -78,6 +80,9 @@ class Worker:
         # Checked here, with typed errors: a bad option must fail the start, not the loop.
         self.worker_id = validate_worker_id(worker_id) if worker_id else default_worker_id()
         self.queues = [validate_queue(q, field="queues") for q in queues] if queues else ["default"]
+        # What it offers: runs of a task in TASK_REQUIRES are claimed only with all its capabilities.
+        self.capabilities = validate_capabilities(capabilities or ())
+        excluded_tasks(self.capabilities)  # a malformed TASK_REQUIRES fails the start, not every claim
         self.lease_seconds = _option(lease_seconds, "LEASE_SECONDS", "lease_seconds")
         self.poll_interval = _option(poll_interval, "POLL_INTERVAL", "poll_interval")
         self.heartbeat_seconds = _option(heartbeat_seconds, "HEARTBEAT_SECONDS", "heartbeat_seconds")
@@ -143,6 +148,7 @@ class Worker:
             hostname=socket.gethostname(),
             pid=os.getpid(),
             queues=self.queues,
+            capabilities=self.capabilities,
             now=self.clock.now(),
         )
         self.registered = True
@@ -150,6 +156,8 @@ class Worker:
             logging.INFO,
             "worker started",
             queues=",".join(self.queues),
+            capabilities=",".join(self.capabilities) or "-",
+            not_taking=",".join(excluded_tasks(self.capabilities)) or None,
             lease=self.lease_seconds,
             prefetch=self.prefetch,
             concurrency=self.concurrency,

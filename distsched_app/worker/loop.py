@@ -218,6 +218,7 @@ class Loop:
             limit=limit,
             include_expired=include_expired,
             start_all=start_all,
+            capabilities=w.capabilities,
         )
 
     def _claim_or_back_off(self, limit: int, backoff: Backoff, *, start_all: bool) -> list[Run] | None:
@@ -258,7 +259,7 @@ class Loop:
         delay = w.poll_interval
         now = w.clock.now()
         try:
-            due = claiming.next_due(queues=w.queues)
+            due = claiming.next_due(queues=w.queues, capabilities=w.capabilities)
         except Exception:  # noqa: BLE001 - then wait a full poll interval; the next claim reports the error
             reset_connection()
             due = claiming.NextDue(run=None, schedule=None)

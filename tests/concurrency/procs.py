@@ -42,7 +42,8 @@ def manage(*args: str, **popen_kwargs) -> subprocess.Popen:
     popen_kwargs.setdefault("stdout", subprocess.PIPE)
     popen_kwargs.setdefault("stderr", subprocess.PIPE)
     popen_kwargs.setdefault("text", True)
-    return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=child_env(), **popen_kwargs)
+    env = popen_kwargs.pop("env", None) or child_env()
+    return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=env, **popen_kwargs)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:

@@ -6,7 +6,8 @@ expired lease around, ``include_expired=True`` takes the ORM path on every
 database. Both are run on the same rows (each inside a savepoint rolled back
 afterwards) and must pick the same runs in the same order and leave the same
 rows and history behind. A paused queue holds the highest-priority due run, which
-neither path may take.
+neither path may take; with ``TASK_REQUIRES``, runs of ``tests.echo`` (it requires ``gpu``)
+go only to a worker that has it.
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ def _runs_and_events(scheduler, clock) -> None:
             (50, 5, "default"),
             (0, -7, "default"),
             (90, -9, "held"),
+            (20, -2, "default"),  # tests.echo from here on
+            (0, -8, "other"),
         ]
     ):
         enqueue(
-            Job(task_name="tests.noop", kwargs={"i": i}, priority=priority, queue=queue),
+            Job(task_name="tests.echo" if i >= 8 else "tests.noop", kwargs={"i": i}, priority=priority, queue=queue),
             now=clock.now() + timedelta(minutes=minutes),
         )
     queues.pause_queue("held", now=clock.now(), by="code:tests")
@@ -60,10 +63,14 @@ def _claimed_state(runs: list[Run]) -> tuple[list[tuple], list[tuple], list[tupl
     return returned, rows, history
 
 
+@pytest.mark.parametrize("capabilities", [None, (), ("gpu",), ("cpu", "gpu")])
 @pytest.mark.parametrize("start_all", [False, True])
 @pytest.mark.parametrize("served", [None, ["default"], ["other", "default"], ["held", "default"]])
 @pytest.mark.parametrize("limit", [1, 3, 20])
-def test_the_waiting_claim_is_the_orm_claim(scheduler, clock, limit, served, start_all):
+def test_the_waiting_claim_is_the_orm_claim(scheduler, clock, settings, limit, served, start_all, capabilities):
+    """``capabilities=None``: no TASK_REQUIRES at all; otherwise tests.echo requires gpu."""
+    if capabilities is not None:
+        settings.DISTSCHED = {**settings.DISTSCHED, "TASK_REQUIRES": {"tests.echo": ["gpu"], "tests.none": ["tpu"]}}
     _runs_and_events(scheduler, clock)
     outcomes = {}
     for expired in (True, False):  # True: the ORM path on every database
@@ -76,12 +83,42 @@ def test_the_waiting_claim_is_the_orm_claim(scheduler, clock, limit, served, sta
                 limit=limit,
                 include_expired=expired,
                 start_all=start_all,
+                capabilities=capabilities or (),
             )
             outcomes[expired] = _claimed_state(runs)
             transaction.set_rollback(True)
     assert outcomes[True][0], "nothing was claimed: the rows above are not due"
     assert outcomes[False] == outcomes[True]
     assert "held" not in {run[RUN_FIELDS.index("queue")] for run in outcomes[True][0]}, "a paused queue's run"
+    tasks = {run[RUN_FIELDS.index("task_name")] for run in outcomes[True][0]}
+    if capabilities == ():
+        assert "tests.echo" not in tasks, "a run whose task requires gpu, claimed by a worker without it"
+    elif limit == 20:
+        assert "tests.echo" in tasks
+
+
+@pytest.mark.parametrize("expired", [True, False])  # the ORM path; the one statement on PostgreSQL
+def test_neither_claim_path_gives_a_run_to_a_worker_without_its_tasks_capabilities(scheduler, clock, settings, expired):
+    settings.DISTSCHED = {**settings.DISTSCHED, "TASK_REQUIRES": {"tests.echo": ["gpu", "cuda"]}}
+    _runs_and_events(scheduler, clock)
+
+    def claim(*capabilities):
+        return claiming.claim_runs(
+            worker_id="w1",
+            queues=None,
+            lease_seconds=30,
+            now=clock.now(),
+            limit=50,
+            include_expired=expired,
+            capabilities=capabilities,
+        )
+
+    assert {r.task_name for r in claim("gpu")} == {"tests.noop"}  # not all of them: only the other runs
+    assert claim("gpu") == []
+    assert {(r.task_name, r.priority) for r in claim("cuda", "gpu", "extra")} == {
+        ("tests.echo", 20),
+        ("tests.echo", 0),
+    }
 
 
 @pytest.mark.parametrize("expired", [True, False])  # the ORM path; the one statement on PostgreSQL
@@ -116,7 +153,7 @@ def test_claim_waiting_is_one_statement_on_postgresql_and_declines_elsewhere(
         runs = claims.claim_waiting(
             worker_id="w", queues=None, lease_seconds=30, now=clock.now(), limit=5, start_all=False
         )
-    assert [r.priority for r in runs] == [10, 10, 0, 0, 0]
+    assert [r.priority for r in runs] == [20, 10, 10, 0, 0]
     assert [r.state for r in runs] == ["running", "leased", "leased", "leased", "leased"]
 
 
@@ -142,3 +179,31 @@ def test_a_one_queue_claim_walks_the_claim_index_in_order(scheduler, clock):
     # The pause rule is a filter on that walk, the paused names read once (hashed), not an anti-join
     # that would read every waiting run first.
     assert "hashed SubPlan" in plan and "distsched_app_queuepause" in plan, plan
+
+
+@pytest.mark.postgres
+def test_a_claim_with_excluded_tasks_still_walks_the_claim_index(scheduler, clock, settings):
+    """``task_name NOT IN (...)`` is a filter on the claim index's walk, not a reason to sort."""
+    settings.DISTSCHED = {**settings.DISTSCHED, "TASK_REQUIRES": {"tests.echo": ["gpu"]}}
+    _runs_and_events(scheduler, clock)
+    with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+        claims.claim_waiting(
+            worker_id="w",
+            queues=["default"],
+            lease_seconds=30,
+            now=clock.now(),
+            limit=5,
+            start_all=False,
+            excluded_tasks=["tests.echo"],
+        )
+        transaction.set_rollback(True)
+    (statement,) = [q["sql"] for q in captured.captured_queries]
+    assert "task_name NOT IN (" in statement and "tests.echo" in statement
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute("EXPLAIN " + statement)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        transaction.set_rollback(True)
+    assert "Index Scan using distsched_run_waiting" in plan, plan
+    assert "Sort Key: distsched_app_run.priority" not in plan, plan

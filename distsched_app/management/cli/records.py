@@ -112,6 +112,7 @@ def worker_record(worker: Worker, *, now: datetime) -> dict[str, Any]:
         "hostname": worker.hostname,
         "pid": worker.pid,
         "queues": worker.queues,
+        "capabilities": worker.capabilities,
         "status": worker.status,
         "liveness": liveness.value,
         "stale": liveness == Liveness.STALE,

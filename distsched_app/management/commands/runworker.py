@@ -25,6 +25,14 @@ class Command(DistschedCommand):
             "--queues", type=queue_list, default=None, help="Comma-separated queues to serve (default: default)."
         )
         parser.add_argument(
+            "--capability",
+            action="append",
+            default=None,
+            metavar="NAME",
+            help="A capability this worker offers (repeatable); runs of tasks that DISTSCHED['TASK_REQUIRES'] "
+            "gives capabilities are claimed only by workers with all of them.",
+        )
+        parser.add_argument(
             "--lease-seconds",
             type=positive_float,
             default=None,
@@ -64,6 +72,7 @@ class Command(DistschedCommand):
             worker = Worker(
                 worker_id=options["worker_id"],
                 queues=options["queues"],
+                capabilities=options["capability"],
                 lease_seconds=options["lease_seconds"],
                 heartbeat_seconds=options["heartbeat_seconds"],
                 poll_interval=options["poll_interval"],

@@ -191,8 +191,9 @@ def test_detail_of_a_running_run(api, api_clock, scheduler, make_schedule):
     response = api.get(f"/api/runs/{run.pk}/")
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == RUN_KEYS | {"queue_pause"}  # the detail adds the queue's pause
+    assert set(body) == RUN_KEYS | {"queue_pause", "waiting_for_capabilities"}  # detail-only fields
     assert body["queue_pause"] is None
+    assert body["waiting_for_capabilities"] == []
     assert body["schedule"] == "s1" and body["state"] == RunState.RUNNING
     assert (body["attempts"], body["max_attempts"], body["lease_owner"]) == (1, 4, "w1")
     assert body["lease_expires_at"] == iso(T0 + timedelta(seconds=32))

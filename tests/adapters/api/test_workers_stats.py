@@ -18,6 +18,7 @@ WORKER_KEYS = {
     "hostname",
     "pid",
     "queues",
+    "capabilities",
     "status",
     "stale",
     "started_at",

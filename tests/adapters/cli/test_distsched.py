@@ -382,12 +382,13 @@ def test_worker_list(cli, cli_json, clock, settings, make_schedule, scheduler):
     )
     assert (doc["done"]["liveness"], doc["done"]["stale"]) == ("stopped", False)
     lines = cli("worker", "list").splitlines()
-    assert lines[0].split()[:6] == ["WORKER", "HOST", "PID", "QUEUES", "STATUS", "LIVENESS"]
+    assert lines[0].split()[:7] == ["WORKER", "HOST", "PID", "QUEUES", "CAPABILITIES", "STATUS", "LIVENESS"]
     assert lines[1].split() == [
         "busy",
         "host1",
         "7",
         "default,q2",
+        "-",
         "active",
         "alive",
         "2.0s",
@@ -395,7 +396,7 @@ def test_worker_list(cli, cli_json, clock, settings, make_schedule, scheduler):
         "0",
         "250ms",
     ]
-    assert lines[3].split()[:6] == ["silent", "host1", "7", "default,q2", "active", "stale"]
+    assert lines[3].split()[:7] == ["silent", "host1", "7", "default,q2", "-", "active", "stale"]
 
 
 def test_stats(cli, cli_json, three_runs):
