@@ -23,6 +23,7 @@ def check_distsched_settings(app_configs, **kwargs):
     problems.extend(value_errors(user))
     problems.extend(queues_errors(user))
     problems.extend(task_requires_errors(user))
+    problems.extend(limits_errors(user))
     problems.extend(sqlite_mode_warnings(settings.DATABASES))
     lease = user.get("LEASE_SECONDS", DEFAULTS["LEASE_SECONDS"])
     beat = user.get("HEARTBEAT_SECONDS", DEFAULTS["HEARTBEAT_SECONDS"])
@@ -118,5 +119,24 @@ def task_requires_errors(user: dict) -> list[Error]:
             f"DISTSCHED['TASK_REQUIRES'] {problem}.",
             hint=f"For example {{'reports.render': ['gpu']}}; {CAPABILITY_RULE}.",
             id="distsched.E004",
+        )
+    ]
+
+
+def limits_errors(user: dict) -> list[Error]:
+    """``LIMITS``: a dict of limit name -> limit (``services.limit_rules`` says what a limit is)."""
+    from .services.limit_rules import limits_problem
+
+    if "LIMITS" not in user:
+        return []
+    problem = limits_problem()
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"DISTSCHED['LIMITS'] {problem}.",
+            hint="For example {'billing': {'task': 'billing.charge', 'concurrency': 1, "
+            "'partition_by': ['account_id']}}.",
+            id="distsched.E005",
         )
     ]

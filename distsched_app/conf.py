@@ -35,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "LISTEN": True,
     "LISTEN_DATABASE_URL": "",
     "TASK_REQUIRES": {},
+    "LIMITS": {},
 }
 
 

@@ -2,7 +2,8 @@
 
 Nothing is counted in process memory: each scrape builds a fresh registry
 whose collector reads one snapshot (``services.stats.read_snapshot``,
-ten indexed aggregate queries whatever the data), so every web process
+ten indexed aggregate queries whatever the data) and, when limits are declared,
+their status (``services.limit_summary``: a few queries per limit), so every web process
 answers the same numbers however many workers, tickers and web processes
 run. This module only names and renders the metric families, and serves the view.
 
@@ -17,7 +18,7 @@ permission, unless ``DISTSCHED["METRICS_PUBLIC"]`` is true.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +36,8 @@ from .api.permissions import METRICS, ModelPermissions
 from .clock import Clock, current_clock
 from .conf import conf
 from .models import EventType, Liveness, Origin, RunState
+from .services import limit_summary
+from .services.limit_overrides import LimitStatus
 from .services.stats import (
     BUCKETS,
     COUNTED_EVENTS,
@@ -87,7 +90,9 @@ class DistschedCollector(Collector):
         return []  # no query at registration time
 
     def collect(self) -> Iterator[Metric]:
-        yield from families(read_snapshot(self.clock.now()))
+        now = self.clock.now()
+        yield from families(read_snapshot(now))
+        yield from limit_families(limit_summary.statuses(now))  # no query when no limit is declared
 
 
 def families(s: Snapshot) -> Iterator[Metric]:
@@ -197,6 +202,50 @@ def families(s: Snapshot) -> Iterator[Metric]:
         "has all of: nothing can claim them until such a worker starts.",
         value=s.runs_without_capable_worker,
     )
+
+
+LIMIT_GAUGES: list[tuple[str, str, Callable[[LimitStatus], float | None]]] = [
+    # (name, help, value of one limit; None: no series for it)
+    (
+        "distsched_limit_capacity",
+        "Each declared limit's effective cap: its total when it has one, else its concurrency (per partition, "
+        "under any override; a paused limit keeps its number); no series for a limit with only a rate.",
+        limit_summary.capacity,
+    ),
+    (
+        "distsched_limit_in_use",
+        "Runs holding a slot of each limit (leased or running, live lease).",
+        lambda s: s.in_use,
+    ),
+    ("distsched_limit_blocked_runs", "Runs blocked waiting for a slot of each limit.", lambda s: s.blocked),
+    (
+        "distsched_limit_throttled_runs",
+        "Waiting runs whose start a rate of each limit moved later.",
+        lambda s: s.throttled,
+    ),
+    (
+        "distsched_limit_partitions_saturated",
+        "Partitions of each limit whose runs in use reach their concurrency.",
+        lambda s: s.saturated_partitions,
+    ),
+    (
+        "distsched_limit_overridden",
+        "1 while an operator's override of the limit is in force, else 0.",
+        lambda s: 1 if s.override is not None else 0,
+    ),
+]
+
+
+def limit_families(statuses: Sequence[LimitStatus]) -> Iterator[Metric]:
+    """One series per declared limit and gauge (no partition label: partitions may be many). Every
+    family is served, empty without limits, so its name and help are always there."""
+    for name, text, value_of in LIMIT_GAUGES:
+        family = GaugeMetricFamily(name, text, labels=["limit"])
+        for status in statuses:
+            value = value_of(status)
+            if value is not None:
+                family.add_metric([status.name], value)
+        yield family
 
 
 def _age(now: datetime, then: datetime | None) -> float:

@@ -15,6 +15,7 @@ from django.db.models import Q
 
 from .conf import conf
 from .fields import StorableJSONField
+from .limit_models import Limit, LimitAction, LimitEvent, LimitHold, LimitPartition  # noqa: F401 - re-exported
 from .queue_models import QueueAction, QueueEvent, QueuePause, not_paused_sql  # noqa: F401 - re-exported
 
 
@@ -33,6 +34,9 @@ class CatchUp(models.TextChoices):
 class Overlap(models.TextChoices):
     ALLOW = "allow", "allow"
     SKIP = "skip", "skip"
+    # The running run is asked to stop (cooperative cancel); the new slot's run is blocked behind it
+    # until it has ended or its lease expired.
+    REPLACE = "replace", "replace"
 
 
 class RunState(models.TextChoices):
@@ -44,11 +48,14 @@ class RunState(models.TextChoices):
     DEAD = "dead", "dead"
     CANCELLED = "cancelled", "cancelled"
     SKIPPED = "skipped", "skipped"
+    # Held back by a concurrency limit (or behind the run it replaces): not claimable, no lease, no
+    # attempt used; made pending again by the transaction that frees what it waits for (``held_by``).
+    BLOCKED = "blocked", "blocked"
 
 
 WAITING_STATES = (RunState.PENDING, RunState.RETRYING)
 LEASED_STATES = (RunState.LEASED, RunState.RUNNING)
-ACTIVE_STATES = WAITING_STATES + LEASED_STATES
+ACTIVE_STATES = (*WAITING_STATES, RunState.BLOCKED, *LEASED_STATES)
 TERMINAL_STATES = (RunState.SUCCEEDED, RunState.DEAD, RunState.CANCELLED, RunState.SKIPPED)
 
 
@@ -83,6 +90,10 @@ class EventType(models.TextChoices):
     SKIPPED = "skipped", "skipped"
     RELEASED = "released", "released"
     RECORD_FAILED = "record_failed", "record failed"
+    BLOCKED = "blocked", "blocked"  # held back by a concurrency limit: once per wait
+    UNBLOCKED = "unblocked", "unblocked"  # a slot freed: claimable again
+    THROTTLED = "throttled", "throttled"  # a rate limit moved its available_at: once per wait
+    REPLACED = "replaced", "replaced"  # overlap=replace: a newer slot's run asked this one to stop
 
 
 class ScheduleQuerySet(models.QuerySet):
@@ -115,7 +126,7 @@ class Schedule(models.Model):
         default=0, help_text="Extra random delay, as a fraction of the backoff (0 = none)."
     )
     catch_up = models.CharField(max_length=5, choices=CatchUp.choices, default=CatchUp.ONE)
-    overlap = models.CharField(max_length=5, choices=Overlap.choices, default=Overlap.ALLOW)
+    overlap = models.CharField(max_length=10, choices=Overlap.choices, default=Overlap.ALLOW)
     queue = models.CharField(max_length=100, default="default")
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
@@ -226,6 +237,13 @@ class Run(models.Model):
     # OpenTelemetry: the trace context of the code that enqueued or triggered the run (the
     # propagator's carrier, e.g. {"traceparent": "00-..."}); its execution span continues that trace.
     trace_context = models.JSONField(null=True, blank=True, editable=False)
+    # Flow control (``services.limits``): the partition of each limit the run is under, {limit: key},
+    # computed once (at its first admission) and kept by retries and requeues; None: not yet admitted
+    # under any limit.
+    limit_keys = models.JSONField(null=True, blank=True, editable=False)
+    # What a blocked (or rate-throttled) run waits for: "limit:<name>:<partition key>" or "run:<id>"
+    # (overlap=replace: the run it replaces); "" otherwise.
+    held_by = models.CharField(max_length=400, blank=True, default="", db_default="", editable=False)
 
     objects = RunQuerySet.as_manager()
 
@@ -243,7 +261,7 @@ class Run(models.Model):
             # task (keys are the task's own: another task's run with the same key is no duplicate).
             models.UniqueConstraint(
                 fields=["task_name", "unique_key"],
-                condition=Q(state__in=["pending", "leased", "running", "retrying"]) & ~Q(unique_key=""),
+                condition=Q(state__in=["pending", "leased", "running", "retrying", "blocked"]) & ~Q(unique_key=""),
                 name="distsched_run_unique_active_key",
             ),
             models.CheckConstraint(
@@ -262,6 +280,12 @@ class Run(models.Model):
                 fields=["lease_expires_at", "id"],
                 name="distsched_run_leased",
                 condition=Q(state__in=["leased", "running"]),
+            ),
+            # Release of a limit's slot: its blocked runs, in the order they are let through.
+            models.Index(
+                fields=["held_by", "-priority", "available_at", "id"],
+                name="distsched_run_blocked",
+                condition=Q(state="blocked"),
             ),
             # Lists filtered by state, newest first.
             models.Index(fields=["state", "-id"], name="distsched_run_state_id"),

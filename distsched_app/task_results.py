@@ -24,6 +24,7 @@ STATUS_OF_STATE: dict[str, Any] = {
     RunState.PENDING: TaskResultStatus.READY,
     RunState.LEASED: TaskResultStatus.READY,
     RunState.RETRYING: TaskResultStatus.READY,
+    RunState.BLOCKED: TaskResultStatus.READY,  # held back by a limit: ready, waiting for a slot
     RunState.RUNNING: TaskResultStatus.RUNNING,
     RunState.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
     RunState.DEAD: TaskResultStatus.FAILED,

@@ -26,6 +26,10 @@ if os.environ.get("DISTSCHED_TEST_LISTEN_DATABASE_URL"):
 # Real worker processes of the capability tests: their TASK_REQUIRES, as JSON.
 if os.environ.get("DISTSCHED_TEST_TASK_REQUIRES"):
     DISTSCHED["TASK_REQUIRES"] = json.loads(os.environ["DISTSCHED_TEST_TASK_REQUIRES"])
+# Real worker processes of the flow-control tests (tests/concurrency/test_limits.py) and
+# bench/limits.py: their DISTSCHED["LIMITS"], as JSON.
+if os.environ.get("DISTSCHED_TEST_LIMITS"):
+    DISTSCHED["LIMITS"] = json.loads(os.environ["DISTSCHED_TEST_LIMITS"])
 if os.environ.get("DISTSCHED_REQUIRE_PGBOUNCER"):
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True  # Django's advice behind PgBouncer
 # Ours next to the framework's reference backend, for the conformance tests (any queue name).

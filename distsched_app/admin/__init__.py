@@ -13,6 +13,7 @@ ModelAdmins below registers them (each module uses ``@admin.register``).
     runs       RunAdmin                    events     RunEventAdmin and the run page's history
     workers    WorkerAdmin                 lists      paginator and list filters
     queues     QueuePauseAdmin (paused queues: pause, resume), QueueEventAdmin (their history)
+    limits     LimitAdmin (declared limits; a limit's override, reset and history)
     dashboard  the dashboard view          chart      the dashboard's SVG chart geometry
     support    clock, applying, reporting  mixins     stylesheet, change-page buttons
     display    formatting
@@ -21,12 +22,21 @@ ModelAdmins below registers them (each module uses ``@admin.register``).
 from django.contrib import admin
 
 from .events import RunEventAdmin
+from .limits import LimitAdmin
 from .queues import QueueEventAdmin, QueuePauseAdmin
 from .runs import RunAdmin
 from .schedules import ScheduleAdmin
 from .workers import WorkerAdmin
 
-__all__ = ["QueueEventAdmin", "QueuePauseAdmin", "RunAdmin", "RunEventAdmin", "ScheduleAdmin", "WorkerAdmin"]
+__all__ = [
+    "LimitAdmin",
+    "QueueEventAdmin",
+    "QueuePauseAdmin",
+    "RunAdmin",
+    "RunEventAdmin",
+    "ScheduleAdmin",
+    "WorkerAdmin",
+]
 
 # The admin index links to the dashboard unless the project has its own index template.
 if admin.site.index_template is None:

@@ -1,4 +1,5 @@
-"""The admin dashboard: run counts by state, worker liveness, overdue schedules and a 24-hour chart.
+"""The admin dashboard: run counts by state, worker liveness, overdue schedules, saturated limits
+and a 24-hour chart.
 
 Served by ``RunAdmin.get_urls`` under ``/admin/distsched_app/run/dashboard/``
 (URL name ``admin:distsched_dashboard``), so it needs a staff login like any
@@ -18,6 +19,7 @@ from django.urls import reverse
 
 from ..conf import conf
 from ..models import RunState
+from ..services import limit_summary
 from ..services import stats as stats_service
 from .chart import build_chart
 from .support import request_now
@@ -48,6 +50,10 @@ def view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
         "workers_url": workers_url,
         "schedules_url": reverse("admin:distsched_app_schedule_changelist"),
         "overdue": stats_service.overdue_schedules(now=now),
+        "limits_declared": limit_summary.any_declared(),
+        "saturated_limits": [
+            {"status": s, "capacity": limit_summary.capacity(s)} for s in limit_summary.saturated(now)
+        ],
         "grace_seconds": conf.MISFIRE_GRACE_SECONDS,
         "stale_after_seconds": conf.STALE_AFTER_SECONDS,
         "chart": build_chart(hours),

@@ -23,12 +23,15 @@ from ..clock import current_clock
 from ..models import QueuePause, Run, RunState, Schedule
 from ..services import capabilities as capability_service
 from ..services import enqueue as enqueue_service
+from ..services import explain as explain_service
 from ..services import queues as queue_service
+from ..services import replacement
 from ..services import runs as run_service
 from ..services.outcomes import retry_policy_of
 from . import dashboard
 from .display import change_url, pretty_json, state_badge, timestamp_field, ts
 from .events import RunEventInline
+from .limits import limit_url
 from .lists import (
     LargeTablePaginator,
     OriginFilter,
@@ -93,6 +96,7 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
                     "queue",
                     "queue_pause",
                     "waiting_for_capabilities",
+                    "held_by_text",
                     "priority",
                     "unique_key_text",
                     "idempotency_key",
@@ -180,6 +184,11 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
     def dashboard_view(self, request):
         return dashboard.view(self, request)
 
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None:
+            context["why_waiting"] = why_waiting(obj, request_now(request), pause_of=lambda queue: pause_of(obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
     def change_view(self, request, object_id, form_url="", extra_context=None):
         context = {
             "can_operate": self.has_operate_permission(request),
@@ -217,10 +226,23 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
             return "-"
         return f"{', '.join(needs)} (no live worker serving queue {obj.queue} has all of them)"
 
+    @admin.display(description="blocked behind")
+    def held_by_text(self, obj: Run) -> str:
+        """What a blocked run waits for: the run it replaces (overlap=replace, linked) or a limit."""
+        if obj.state != RunState.BLOCKED or not obj.held_by:
+            return "-"
+        if (run_id := replacement.holder_id(obj.held_by)) is not None:
+            return format_html(
+                "<a href='{}'>run {}</a> (overlap=replace: starts once it has ended or its lease expired)",
+                change_url(Run, run_id),
+                run_id,
+            )
+        return obj.held_by
+
     @admin.display(description="queue paused")
     def queue_pause(self, obj: Run) -> str:
         """Why a waiting run of a paused queue is not claimed (one query, on the run's page only)."""
-        pause = queue_service.pause_of(obj.queue)
+        pause = pause_of(obj)
         if pause is None:
             return "no"
         why = format_html(": “{}”", pause.reason) if pause.reason else ""
@@ -330,3 +352,31 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
 
     def requeue_object(self, request, obj):
         self._requeue(request, [obj.pk])
+
+
+def pause_of(run: Run) -> QueuePause | None:
+    """The run's queue's pause, read once per page (the "Why is it waiting?" block and the field)."""
+    if not hasattr(run, "_distsched_pause"):
+        run._distsched_pause = queue_service.pause_of(run.queue)  # type: ignore[attr-defined]
+    return run._distsched_pause  # type: ignore[attr-defined]
+
+
+def why_waiting(run: Run, now, **options: Any) -> dict[str, Any] | None:
+    """The run page's "Why is it waiting?" block (``services.explain``): each reason's message, with
+    links to the runs holding what it waits for, the limit's page and the queue's pause; None when
+    nothing holds it back."""
+    answer = explain_service.explain(run, now=now, **options)
+    if not answer["waiting_for"]:
+        return None
+    reasons = []
+    for reason in answer["waiting_for"]:
+        links = [(change_url(Run, holder), f"run {holder}") for holder in reason.get("holders", ())]
+        if reason.get("replaces") is not None:
+            links.append((change_url(Run, reason["replaces"]), f"run {reason['replaces']}"))
+        if reason.get("limit") and reason["kind"] != "blocked":
+            links.append((limit_url(reason["limit"]), f"limit {reason['limit']}"))
+        if reason["kind"] == "queue_paused":
+            links.append((change_url(QueuePause, quote(reason["queue"])), f"pause of queue {reason['queue']}"))
+        reasons.append({"kind": reason["kind"], "message": reason["message"], "links": links})
+    next_start = answer["next_possible_start"]
+    return {"reasons": reasons, "claimable": answer["claimable"], "next_possible_start": next_start}

@@ -25,6 +25,7 @@ from ..models import (
     QueuePause,
     Run,
     RunEvent,
+    RunState,
     Schedule,
     ScheduleKind,
     Worker,
@@ -32,6 +33,7 @@ from ..models import (
 )
 from ..services import capabilities as capability_service
 from ..services import enqueue as enqueue_service
+from ..services import explain as explain_service
 from ..services import queries
 from ..services import queues as queue_service
 from ..services import schedules as schedule_service
@@ -233,9 +235,14 @@ class RunDetailSerializer(RunSerializer):
         help_text="While the run waits: the capabilities its task requires (TASK_REQUIRES) when no live worker "
         "serving its queue has all of them, so nothing can claim it yet; empty otherwise."
     )
+    held_by = serializers.CharField(
+        read_only=True,
+        help_text='While the run is blocked: what it waits for, "run:<id>" (the run it replaces, overlap=replace) '
+        'or "limit:<name>:<partition>"; empty otherwise.',
+    )
 
     class Meta(RunSerializer.Meta):
-        fields = [*RUN_FIELDS, "queue_pause", "waiting_for_capabilities"]
+        fields = [*RUN_FIELDS, "held_by", "queue_pause", "waiting_for_capabilities"]
         read_only_fields = fields
 
     @extend_schema_field(QueuePauseSerializer(allow_null=True))
@@ -245,6 +252,85 @@ class RunDetailSerializer(RunSerializer):
 
     def get_waiting_for_capabilities(self, run: Run) -> list[str]:
         return capability_service.waiting_for_capabilities(run, now=self.context["now"])
+
+
+class WaitingReasonSerializer(serializers.Serializer):
+    """One reason a run is not running (``services.explain``): a kind, a sentence, and the kind's fields."""
+
+    kind = serializers.CharField(
+        help_text="running (leased or running), cancel_requested, queue_paused, capabilities (missing on every "
+        "live worker of its queue), concurrency / total (a limit's partition / whole limit is full), paused_limit, "
+        "replaces (overlap=replace: the run it waits for), blocked (anything else), rate (a limit's rate moved "
+        "its start), not_due (a later slot or a retry's backoff), no_worker (claimable, but no live worker "
+        "serves its queue).",
+    )
+    message = serializers.CharField(help_text="The reason in words, as the CLI and the admin show it.")
+    limit = serializers.CharField(required=False, help_text="concurrency, total, paused_limit, rate: the limit.")
+    partition = serializers.CharField(
+        required=False, allow_blank=True, help_text='The run\'s partition of the limit ("" when it has none).'
+    )
+    in_use = serializers.IntegerField(
+        required=False, help_text="concurrency / total: runs holding a slot (of the partition / the limit)."
+    )
+    capacity = serializers.IntegerField(
+        required=False, allow_null=True, help_text="concurrency / total: the effective cap (overrides included)."
+    )
+    holders = serializers.ListField(
+        child=serializers.IntegerField(),
+        required=False,
+        help_text="concurrency / total: ids of runs holding those slots, oldest first "
+        f"(at most {explain_service.MAX_HOLDERS}).",
+    )
+    since = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="When the wait began (ISO 8601, UTC): the run's latest blocked event, or the queue's pause.",
+    )
+    rate = serializers.CharField(required=False, help_text='rate: the partition\'s rate ("2/s").')
+    next_start = serializers.DateTimeField(
+        required=False, help_text="rate: when the rate next admits it (ISO 8601, UTC)."
+    )
+    queue = serializers.CharField(required=False, help_text="queue_paused, capabilities, no_worker: the run's queue.")
+    by = serializers.CharField(required=False, allow_blank=True, help_text="queue_paused, paused_limit: who paused it.")
+    reason = serializers.CharField(
+        required=False, allow_blank=True, help_text="queue_paused, paused_limit: why, as they said."
+    )
+    until = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="paused_limit: when the override ends (null: until reset)."
+    )
+    capabilities = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="capabilities: the ones no live worker has."
+    )
+    replaces = serializers.IntegerField(required=False, help_text="replaces: the run it waits for.")
+    replaces_state = serializers.CharField(
+        required=False, allow_null=True, help_text="replaces: that run's state (null: it no longer exists)."
+    )
+    held_by = serializers.CharField(required=False, allow_blank=True, help_text="blocked: the run's held_by.")
+    at = serializers.DateTimeField(required=False, help_text="not_due: when it comes due (ISO 8601, UTC).")
+    retry = serializers.BooleanField(required=False, help_text="not_due: true when it is a retry's backoff.")
+    owner = serializers.CharField(required=False, allow_blank=True, help_text="running: the worker holding it.")
+    lease_expires_at = serializers.DateTimeField(required=False, allow_null=True, help_text="running: its lease's end.")
+    lease_expired = serializers.BooleanField(
+        required=False, help_text="running: the lease has expired (the next claim recovers the run)."
+    )
+
+
+class RunExplainSerializer(serializers.Serializer):
+    """``GET /api/runs/{id}/explain``: why the run is not running (``services.explain``)."""
+
+    run = serializers.IntegerField(help_text="The run's id.")
+    state = serializers.ChoiceField(choices=RunState.choices)
+    claimable = serializers.BooleanField(
+        help_text="A claim would take it now: pending or retrying, due, its queue not paused, no capability missing."
+    )
+    waiting_for = WaitingReasonSerializer(
+        many=True, help_text="Why it is not running; empty for a finished run or a claimable one a worker will take."
+    )
+    next_possible_start = serializers.DateTimeField(
+        allow_null=True,
+        help_text="The earliest moment it could start when that is knowable (its available_at: a later slot, a "
+        "backoff, a rate's next start; now when claimable); null when it waits for something to end.",
+    )
 
 
 class EnqueuedRunSerializer(RunSerializer):

@@ -9,6 +9,7 @@ from django.urls import re_path
 from rest_framework.routers import SimpleRouter
 
 from .errors import not_found
+from .limits import LimitViewSet
 from .queues import QueueViewSet
 from .views import DocsView, RunViewSet, ScheduleViewSet, SchemaView, StatsView, WorkerViewSet
 
@@ -20,6 +21,7 @@ router.register("schedules", ScheduleViewSet, basename="schedule")
 router.register("runs", RunViewSet, basename="run")
 router.register("workers", WorkerViewSet, basename="worker")
 router.register("queues", QueueViewSet, basename="queue")
+router.register("limits", LimitViewSet, basename="limit")
 
 urlpatterns = [
     *router.urls,

@@ -29,6 +29,7 @@ from ..clock import current_clock
 from ..errors import RunNotFound
 from ..models import Run, Schedule, Worker
 from ..services import enqueue as enqueue_service
+from ..services import explain as explain_service
 from ..services import queries
 from ..services import runs as run_service
 from ..services import schedules as schedule_service
@@ -45,6 +46,7 @@ from .serializers import (
     RunDetailSerializer,
     RunEnqueueSerializer,
     RunEventSerializer,
+    RunExplainSerializer,
     RunSerializer,
     ScheduleChangeSerializer,
     ScheduleCreateSerializer,
@@ -253,6 +255,7 @@ class RunViewSet(ApiView, viewsets.GenericViewSet):
         "create": may("add", "run"),
         "retrieve": may_read("run"),
         "events": may_read("run"),
+        "explain": may_read("run"),
         "cancel": may("change", "run"),
         "requeue": may("change", "run"),
     }
@@ -305,6 +308,23 @@ class RunViewSet(ApiView, viewsets.GenericViewSet):
         run = run_service.get_run(run_id(id))
         page = self.paginate_queryset(queries.run_events(run.pk))
         return self.get_paginated_response(RunEventSerializer(page, many=True).data)
+
+    @extend_schema(
+        operation_id="runs_explain",
+        summary="Why the run is not running: what it waits for, and when it could start",
+        description="Each reason has a `kind` and a `message`, with the kind's fields: a full limit names its "
+        "partition, use, capacity and the runs holding it; a rate its next start; a paused queue or limit who "
+        "paused it and why; a replacement (overlap=replace) the run it waits for. A finished run waits for "
+        "nothing; a leased or running one says where it runs.",
+        parameters=[ID_PARAM],
+        responses={200: RunExplainSerializer, **error_responses(404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def explain(self, request: Request, id: str) -> Response:
+        run = run_service.get_run(run_id(id))
+        # The service's answer as it is (JSON-ready; RunExplainSerializer describes it): a serializer
+        # would add every field a kind does not carry, as null.
+        return Response(explain_service.explain(run, now=self.now()))
 
     @extend_schema(
         operation_id="runs_cancel",

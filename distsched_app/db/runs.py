@@ -35,7 +35,7 @@ from .bulk import server_side_execute
 from .notify import CHANNEL
 
 # The partial unique index of active runs with a key (per task), as ON CONFLICT must name it.
-_ACTIVE_KEY = "(state IN ('pending', 'leased', 'running', 'retrying') AND NOT (unique_key = ''))"
+_ACTIVE_KEY = "(state IN ('pending', 'leased', 'running', 'retrying', 'blocked') AND NOT (unique_key = ''))"
 
 
 @dataclass(frozen=True, kw_only=True)

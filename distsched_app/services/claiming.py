@@ -35,7 +35,8 @@ from ..clock import iso_utc
 from ..db import claims, locks
 from ..models import EventType, Run, RunEvent, RunQuerySet, RunState, Schedule
 from . import capabilities as capability_service
-from . import events
+from . import events, limit_rules
+from . import limits as limit_service
 from . import queues as queue_service
 
 
@@ -83,7 +84,8 @@ def claim_runs(
     task that requires others are left alone (``services.capabilities``).
     """
     excluded = capability_service.excluded_tasks(capabilities)
-    if not include_expired:  # waiting runs only: one statement where the database allows it
+    limited = limit_rules.may_apply(queues)  # admission is the ORM path's: the statement does not admit
+    if not include_expired and not limited:  # waiting runs only: one statement where the database allows it
         claimed = claims.claim_waiting(
             worker_id=worker_id,
             queues=queues,
@@ -137,9 +139,17 @@ def claim_runs(
                     _back_to_pending(run, now)
                 else:
                     candidates.append(run)
+            if expired:  # their slots are free now (a re-claimed one is admitted again below)
+                limit_service.release(
+                    [r.pk for r in expired], now=now, replaced=[r.pk for r in expired if r.cancel_requested]
+                )
         if forgiven:
             Run.objects.filter(pk__in=forgiven).update(max_attempts=F("max_attempts") + 1)
-        if len(candidates) < limit:
+        if limited:
+            gate = limit_service.Gate(now=now, worker_id=worker_id, slots=limit if start_all else 1)
+            candidates = _admitted(candidates, gate, now=now, queues=queues, excluded=excluded, limit=limit)
+            new_events += gate.events
+        elif len(candidates) < limit:
             waiting = Run.objects.claimable(now, queues, excluded)
             candidates.extend(_lock(waiting)[: limit - len(candidates)])
         if not candidates:
@@ -155,6 +165,7 @@ def claim_runs(
             attempts=F("attempts") + 1,
             started_at=now,
             updated_at=now,
+            held_by="",
         )
         if rest:
             Run.objects.filter(pk__in=[r.pk for r in rest]).update(
@@ -163,6 +174,7 @@ def claim_runs(
                 lease_expires_at=expires,
                 attempts=F("attempts") + 1,
                 updated_at=now,
+                held_by="",
             )
         for run in candidates:
             run.state = RunState.LEASED
@@ -193,6 +205,56 @@ def claim_runs(
             )
         events.record_many(new_events)
     return candidates
+
+
+# How many times one claim picks again after candidates were held back by limits (each pick
+# takes new rows: held-back ones left the claimable set, or are excluded by id).
+MAX_PICKS = 5
+
+
+def _admitted(
+    expired: list[Run],
+    gate: limit_service.Gate,
+    *,
+    now: datetime,
+    queues: list[str] | None,
+    excluded: list[str],
+    limit: int,
+) -> list[Run]:
+    """The candidates the limits admit, picked again while some were held back so that unlimited
+    runs behind throttled or blocked ones are claimed now (no head-of-line blocking). Limited
+    runs come first: the one run a single-threaded claim starts at once is a limited one, so a
+    limited run never waits prefetched while holding its slot."""
+    admitted: list[Run] = []
+    later: list[int] = []
+    for run in expired:
+        verdict = gate.admit(run)
+        if verdict is limit_service.Verdict.ADMIT:
+            admitted.append(run)
+        elif verdict is limit_service.Verdict.LATER:
+            _back_to_pending(run, now)
+            later.append(run.pk)
+    for _ in range(MAX_PICKS):
+        if len(admitted) >= limit:
+            break
+        waiting = Run.objects.claimable(now, queues, excluded)
+        if later or admitted:  # admitted ones are still pending in the database until the claim's UPDATE
+            waiting = waiting.exclude(pk__in=later + [r.pk for r in admitted])
+        picked = list(_lock(waiting)[: limit - len(admitted)])
+        held_back = 0
+        for run in picked:
+            verdict = gate.admit(run)
+            if verdict is limit_service.Verdict.ADMIT:
+                admitted.append(run)
+            else:
+                held_back += 1
+                if verdict is limit_service.Verdict.LATER:
+                    later.append(run.pk)
+        if not held_back:
+            break
+    gate.finish()
+    first = set(gate.limited)
+    return [r for r in admitted if r.pk in first] + [r for r in admitted if r.pk not in first]
 
 
 def claim_next_run(

@@ -24,6 +24,7 @@ from ..errors import ValidationError
 from ..models import ACTIVE_STATES, MAX_PRIORITY, MIN_PRIORITY, Origin, Run, RunState
 from ..registry import registry
 from ..text import storable
+from . import limit_rules
 from .events import MAX_MESSAGE_CHARS
 from .validation import (
     MAX_ATTEMPTS_LIMIT,
@@ -120,6 +121,9 @@ def _validated(job: Job, *, policy: RetryPolicy, now: datetime) -> db_runs.NewRu
         # "" means no key; "  " is almost always a key built from a missing value, not a choice.
         raise ValidationError("unique_key must not be blank (give a key, or none at all)", field="unique_key")
     check_storable(job.unique_key, field="unique_key")
+    queue = validate_queue(job.queue)
+    if conf.LIMITS:  # a run under a limit with missing="error" must carry its partition key
+        limit_rules.keys_for(job.task_name, queue, args, kwargs)
     return db_runs.NewRun(
         task_name=job.task_name,
         args=args,
@@ -128,7 +132,7 @@ def _validated(job: Job, *, policy: RetryPolicy, now: datetime) -> db_runs.NewRu
         kwargs_json=kwargs_json,
         scheduled_for=run_after or now,
         max_attempts=policy.max_attempts,
-        queue=validate_queue(job.queue),
+        queue=queue,
         priority=bounded_int(job.priority, field="priority", low=MIN_PRIORITY, high=MAX_PRIORITY),
         retry_policy=policy.as_json(),
         unique_key=job.unique_key,

@@ -23,7 +23,7 @@ from ..conf import conf
 from ..db import locks, notify
 from ..models import LEASED_STATES, EventType, Run, RunState
 from ..text import storable, storable_json
-from . import events
+from . import events, limits
 
 
 def truncate_error(text: str, limit: int | None = None) -> str:
@@ -133,6 +133,7 @@ def record_failure(
                 left = "not retried" if final else "no attempts left"
                 log(EventType.MARKED_DEAD, f"{left} ({run.attempts}/{run.max_attempts})")
         _fenced(run_id, worker_id, attempt).update(**changes)
+        limits.release([run_id], now=now, replaced=[run_id] if run.cancel_requested else ())
         events.record_many(new)
         return str(changes["state"])
 
@@ -187,6 +188,7 @@ def record_successes(*, worker_id: str, successes: list[Success], now: datetime)
         ok = [by_id[run_id] for run_id in held]
         if ok:
             _mark_succeeded(ok, worker_id, now, results)
+            limits.release([s.run_id for s in ok], now=now, replaced=[s.run_id for s in ok if held[s.run_id][0]])
         new: list[events.NewEvent] = []
         for s in ok:
             if s.record_started:
@@ -314,6 +316,7 @@ def release_runs(*, worker_id: str, held: dict[int, int], now: datetime) -> int:
             attempts=F("attempts") - 1,
             updated_at=now,
         )
+        limits.release(ids, now=now, replaced=ids)
         events.record_many(
             events.NewEvent(
                 run_id=run_id,

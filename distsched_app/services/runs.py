@@ -13,7 +13,7 @@ from ..models import ACTIVE_STATES, EventType, Run, RunEvent, RunState
 from . import events
 from .outcomes import retry_policy_of
 
-CANCELLABLE_AT_ONCE = (RunState.PENDING, RunState.RETRYING)
+CANCELLABLE_AT_ONCE = (RunState.PENDING, RunState.RETRYING, RunState.BLOCKED)
 CANCELLABLE_COOPERATIVELY = (RunState.LEASED, RunState.RUNNING)
 REQUEUEABLE = (RunState.DEAD, RunState.CANCELLED)
 
@@ -38,30 +38,40 @@ def _locked(run_id: int) -> Run:
 
 
 def cancel_run(run_id: int, *, now: datetime, by: str = "") -> Run:
-    """Pending/retrying runs end ``cancelled`` at once; a running run is asked to
+    """Pending, retrying and blocked runs end ``cancelled`` at once; a running run is asked to
     stop (``cancel_requested``) and its task sees ``context.cancel_requested()``.
     The worker never kills a running function."""
     with transaction.atomic():
         run = _locked(run_id)
-        if run.state in CANCELLABLE_AT_ONCE:
-            run.state = RunState.CANCELLED
-            run.finished_at = now
-            run.updated_at = now
-            run.save(update_fields=["state", "finished_at", "updated_at"])
-            events.record(run, EventType.CANCELLED, now=now, message=f"cancelled by {by or 'operator'}")
-        elif run.state in CANCELLABLE_COOPERATIVELY:
-            if not run.cancel_requested:
-                run.cancel_requested = True
-                run.updated_at = now
-                run.save(update_fields=["cancel_requested", "updated_at"])
-                events.record(
-                    run, EventType.CANCEL_REQUESTED, now=now, message=f"cancel requested by {by or 'operator'}"
-                )
-        else:
+        if run.state not in CANCELLABLE_AT_ONCE + CANCELLABLE_COOPERATIVELY:
             raise InvalidStateTransition(
-                f"run {run.pk} is {run.state}; only pending, retrying, leased or running runs can be cancelled"
+                f"run {run.pk} is {run.state}; only pending, retrying, blocked, leased or running runs can be cancelled"
             )
+        cancel_locked(run, now=now, reason=f"by {by or 'operator'}")
     return run
+
+
+def cancel_locked(run: Run, *, now: datetime, reason: str) -> bool:
+    """Cancel ``run``, which the caller has locked in its transaction and found cancellable:
+    at once when it waits (its ``held_by`` cleared), else by a cancel request its task sees.
+    ``reason`` ends the event's message ("cancelled <reason>"). Returns whether anything was
+    written (a second request of a running run's cancel writes nothing). The one cancel rule:
+    operators (``cancel_run``) and overlap=replace (``services.replacement``) both call it."""
+    if run.state in CANCELLABLE_AT_ONCE:
+        run.state = RunState.CANCELLED
+        run.finished_at = now
+        run.held_by = ""
+        run.updated_at = now
+        run.save(update_fields=["state", "finished_at", "held_by", "updated_at"])
+        events.record(run, EventType.CANCELLED, now=now, message=f"cancelled {reason}")
+        return True
+    if run.state in CANCELLABLE_COOPERATIVELY and not run.cancel_requested:
+        run.cancel_requested = True
+        run.updated_at = now
+        run.save(update_fields=["cancel_requested", "updated_at"])
+        events.record(run, EventType.CANCEL_REQUESTED, now=now, message=f"cancel requested {reason}")
+        return True
+    return False
 
 
 def _key_holder(run: Run) -> int | None:

@@ -8,11 +8,13 @@ from typing import Any, Protocol
 from django.db import IntegrityError, connection, transaction
 
 from .. import tracing
+from ..conf import conf
 from ..db import runs as db_runs
 from ..errors import DuplicateName, ScheduleNotFound, ValidationError
 from ..models import Origin, Run, RunEvent, RunState, Schedule, ScheduleKind, Worker
 from ..recurrence import Recurrence, first_slot, upcoming
 from ..text import unstorable
+from . import limit_rules
 from .validation import validate_name, validate_schedule_fields
 
 RECURRENCE_FIELDS = frozenset({"kind", "interval_seconds", "cron", "timezone", "run_at", "start_at"})
@@ -93,6 +95,7 @@ def create_schedule(*, name: str, task_name: str, now: datetime, **options: Any)
         raise ValidationError(f"unknown schedule option(s): {', '.join(sorted(unknown))}")
     validate_name(name)
     fields = validate_schedule_fields({"task_name": task_name, **options}, now=now)
+    _check_limit_keys(fields)
     schedule = Schedule(name=name, created_at=now, updated_at=now, **fields)
     schedule.next_run_at = first_slot(recurrence_of(schedule), now=now, start_at=schedule.start_at)
     try:
@@ -104,6 +107,15 @@ def create_schedule(*, name: str, task_name: str, now: datetime, **options: Any)
             raise DuplicateName(f"a schedule named {name!r} already exists") from None
         raise
     return schedule
+
+
+def _check_limit_keys(fields: dict[str, Any]) -> None:
+    """A schedule's runs under a limit with ``missing="error"`` must carry its partition key
+    (``LimitKeyMissing`` otherwise), as an enqueued run must."""
+    if conf.LIMITS:
+        limit_rules.keys_for(
+            fields["task_name"], fields.get("queue") or "default", fields.get("args") or [], fields.get("kwargs") or {}
+        )
 
 
 def update_schedule(name: str, *, now: datetime, **changes: Any) -> Schedule:
@@ -125,6 +137,7 @@ def update_schedule(name: str, *, now: datetime, **changes: Any) -> Schedule:
                 current["kind"] = None
         merged = {**current, **changes}
         fields = validate_schedule_fields(merged, now=now, check_run_at="run_at" in changes)
+        _check_limit_keys({**current, **fields})
         recurrence_changed = any(fields[f] != current.get(f) for f in RECURRENCE_FIELDS if f in fields)
         for key, value in fields.items():
             setattr(schedule, key, value)

@@ -5,6 +5,11 @@ its schedules with ``FOR UPDATE SKIP LOCKED`` (a second ticker skips them); on
 SQLite the transaction starts with ``BEGIN IMMEDIATE`` so tickers serialise.
 Either way the partial unique constraint on ``(schedule, scheduled_for)``
 makes a duplicate generated run impossible rather than unlikely.
+
+Overlap, per schedule: ``allow`` creates every slot's run; ``skip`` makes a slot
+``skipped`` while an earlier run is active; ``replace`` cancels the earlier
+active runs and blocks the new one behind any that still executes
+(``services.replacement``), all in the tick's transaction.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from ..db import bulk, locks, notify
 from ..errors import ValidationError
 from ..models import ACTIVE_STATES, EventType, Origin, Overlap, Run, RunState, Schedule
 from ..recurrence import plan_catch_up
-from . import events
+from . import events, replacement
 from .schedules import recurrence_of
 
 logger = logging.getLogger("distsched")
@@ -41,6 +46,8 @@ class NewRun:
     state: str
     queue: str = "default"
     note: str = ""
+    held_by: str = ""  # blocked: the run it waits for ("run:<id>", overlap=replace)
+    why: str = ""  # skipped or blocked: the event's message
     run_id: int = 0  # set once inserted
 
 
@@ -101,6 +108,9 @@ def _tick_batch(
         # due(now) selects schedules with a next_run_at, so every one of these has it.
         last = (cast(datetime, schedules[-1].next_run_at), schedules[-1].id)
         busy = _schedules_with_active_runs([s.id for s in schedules if s.overlap == Overlap.SKIP])
+        # overlap=replace: the runs the new slots replace, locked (services.replacement).
+        earlier = replacement.earlier_runs([s.id for s in schedules if s.overlap == Overlap.REPLACE])
+        replacing: list[tuple[NewRun, list[Run]]] = []
         new_runs: list[NewRun] = []
         for schedule in schedules:
             try:
@@ -122,30 +132,35 @@ def _tick_batch(
                 )
                 continue
             for index, slot in enumerate(plan.slots):
-                skip = schedule.overlap == Overlap.SKIP and schedule.id in busy
                 note = (
                     f"catch-up={schedule.catch_up}: {plan.dropped} missed slot(s) not run"
                     if index == 0 and plan.dropped
                     else ""
                 )
-                new_runs.append(
-                    NewRun(
-                        schedule_id=schedule.id,
-                        schedule_name=schedule.name,
-                        task_name=schedule.task_name,
-                        scheduled_for=slot,
-                        state=RunState.SKIPPED if skip else RunState.PENDING,
-                        queue=schedule.queue,
-                        note=note,
-                    )
+                run = NewRun(
+                    schedule_id=schedule.id,
+                    schedule_name=schedule.name,
+                    task_name=schedule.task_name,
+                    scheduled_for=slot,
+                    state=RunState.PENDING,
+                    queue=schedule.queue,
+                    note=note,
                 )
                 if schedule.overlap == Overlap.SKIP:
+                    if schedule.id in busy:
+                        run.state, run.why = RunState.SKIPPED, SKIPPED_BUSY
                     busy.add(schedule.id)
+                elif schedule.overlap == Overlap.REPLACE:
+                    _plan_replacement(run, plan.slots[-1], earlier.get(schedule.id, []), replacing, now)
+                new_runs.append(run)
             if plan.next_run_at is not None and plan.next_run_at <= now:
                 raise RuntimeError(f"recurrence did not advance past now for {schedule.name!r}")
             schedule.next_run_at = plan.next_run_at
         inserted = _insert(new_runs, now)
         events.record_many(_creation_events(inserted, now))
+        for run, replaced in replacing:
+            if run.run_id:  # inserted (a slot that already had a run replaces nothing)
+                replacement.replace(replaced, new_run_id=run.run_id, slot=run.scheduled_for, now=now)
         _set_next_run_at(schedules)
         notify.notify(run.queue for run in inserted if run.state == RunState.PENDING)  # delivered at commit
     if inserted:
@@ -164,6 +179,27 @@ def _tick_batch(
                 },
             )
     return inserted, len(schedules), last
+
+
+SKIPPED_BUSY = "an earlier run of this schedule is still active (overlap=skip)"
+
+
+def _plan_replacement(
+    run: NewRun, last_slot: datetime, earlier: list[Run], replacing: list[tuple[NewRun, list[Run]]], now: datetime
+) -> None:
+    """overlap=replace: only the tick's last slot gets a run that may execute; an earlier
+    catch-up slot of the same tick is ``skipped`` (it would be replaced at once). The last
+    slot's run is ``blocked`` behind an earlier run that still executes, else ``pending``; once
+    it is inserted, the earlier runs are cancelled (``replacement.replace``)."""
+    if run.scheduled_for != last_slot:
+        run.state = RunState.SKIPPED
+        run.why = f"the later slot {iso_utc(last_slot)} of the same tick replaces it (overlap=replace)"
+        return
+    if (holder := replacement.waits_for(earlier, now)) is not None:
+        run.state, run.held_by = RunState.BLOCKED, replacement.holder(holder)
+        run.why = f"waiting for run {holder} (overlap=replace) to end"
+    if earlier:
+        replacing.append((run, earlier))
 
 
 def _schedules_with_active_runs(schedule_ids: list[int]) -> set[int]:
@@ -201,6 +237,7 @@ def _run_values(now: datetime) -> dict[str, str | bulk.Bind]:
         "origin": bulk.Bind(Origin.SCHEDULE.value),
         "idempotency_key": "u.idempotency_key",
         "cancel_requested": "false",
+        "held_by": "u.held_by",
         "created_at": bulk.Bind(now),
         "updated_at": bulk.Bind(now),
     }
@@ -242,6 +279,7 @@ def _insert_runs(runs: list[NewRun], now: datetime) -> None:
         "scheduled_for": [run.scheduled_for for run in runs],
         "finished_at": [now if run.state == RunState.SKIPPED else None for run in runs],
         "idempotency_key": [f"{run.schedule_name}:{run.scheduled_for.isoformat()}" for run in runs],
+        "held_by": [run.held_by for run in runs],
     }
     returned = bulk.insert_rows(
         Run,
@@ -269,12 +307,7 @@ def _creation_events(runs: list[NewRun], now: datetime) -> list[events.NewEvent]
     for run in runs:
         out.append(events.NewEvent(run_id=run.run_id, event_type=EventType.CREATED, now=now, message=run.note))
         if run.state == RunState.SKIPPED:
-            out.append(
-                events.NewEvent(
-                    run_id=run.run_id,
-                    event_type=EventType.SKIPPED,
-                    now=now,
-                    message="an earlier run of this schedule is still active (overlap=skip)",
-                )
-            )
+            out.append(events.NewEvent(run_id=run.run_id, event_type=EventType.SKIPPED, now=now, message=run.why))
+        elif run.state == RunState.BLOCKED:
+            out.append(events.NewEvent(run_id=run.run_id, event_type=EventType.BLOCKED, now=now, message=run.why))
     return out

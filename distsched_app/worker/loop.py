@@ -24,6 +24,7 @@ from ..context import RunContext
 from ..db.retry import Backoff, is_transient, reset_connection, retry_transient
 from ..models import Run, WorkerStatus
 from ..services import claiming, workers
+from ..services import limits as limit_service
 from ..services import runs as run_service
 from ..services import tick as tick_service
 from . import frameworks, signals
@@ -69,6 +70,8 @@ class Loop:
         self._probe_pool: ThreadPoolExecutor | None = None
         # Monotonic time of the next lease-recovery query (it runs about once a second).
         self.next_expired_check = 0.0
+        # Monotonic time of the next flow-control sweep (``services.limits.sweep``).
+        self._next_sweep = 0.0
         # Woken by a notification: the next claim goes straight for the waiting runs (one
         # statement on PostgreSQL); lease recovery follows when due (``claim``).
         self.woken = False
@@ -226,6 +229,7 @@ class Loop:
         w = self.worker
         try:
             self.maybe_tick()
+            self.maybe_sweep()
             runs = self.claim(limit, start_all=start_all)
         except Exception as exc:  # noqa: BLE001 - logged and retried with backoff; never stops the worker
             delay = backoff.next_delay()
@@ -240,6 +244,14 @@ class Loop:
             return None
         backoff.reset()
         return runs
+
+    def maybe_sweep(self) -> None:
+        """Every few seconds: let through runs a missed release left blocked (the safety net of
+        flow control and overlap=replace), and end expired limit overrides."""
+        if time.monotonic() < self._next_sweep:
+            return
+        self._next_sweep = time.monotonic() + limit_service.SWEEP_SECONDS
+        limit_service.sweep(self.worker.clock.now())
 
     def maybe_tick(self, force: bool = False) -> None:
         w = self.worker

@@ -88,7 +88,9 @@ class Recorder:
                 self._first_pending_at = time.monotonic()
             self._pending.append(attempt)
         state = RunState.SUCCEEDED.value
-        if flush:
+        # A run under a limit holds a slot until its success is written: write it now, so the
+        # slot (and the blocked run waiting for it) is not held up by the batching.
+        if flush or attempt.run.limit_keys:
             lost = self.flush()
             state = None if lost is None or attempt.run_id in lost else state
         return Execution(run_id=attempt.run_id, attempt=attempt.number, state=state, duration=attempt.duration)

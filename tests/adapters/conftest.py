@@ -68,6 +68,8 @@ OPERATOR_PERMS = [
     "view_worker",
     "view_queuepause",
     "change_queuepause",
+    "view_limit",
+    "change_limit",
 ]
 
 

@@ -54,9 +54,10 @@ def test_distsched_subcommands_in_docs_exist():
         "run": {"enqueue", "list", "show", "cancel", "requeue"},
         "worker": {"list"},
         "queue": {"pause", "resume", "list", "history"},
+        "limit": {"list", "show", "set", "reset"},
     }
     for name, text in TEXT.items():
-        for group, verb in re.findall(r"distsched (schedule|run|worker|queue) ([a-z]+)", text):
+        for group, verb in re.findall(r"distsched (schedule|run|worker|queue|limit) ([a-z]+)", text):
             assert verb in groups[group], f"{name}: distsched {group} {verb}"
     out = StringIO()
     call_command("distsched", "stats", stdout=out)

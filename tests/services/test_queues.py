@@ -126,11 +126,11 @@ def test_list_queues_gives_unfinished_runs_by_state_and_the_pauses(clock):
     queues.pause_queue("reports", now=clock.now(), by="user:alice", reason="vendor outage")  # paused, no runs
     found = {q.queue: q for q in queues.list_queues()}
     assert list(found) == ["default", "emails", "reports"]
-    assert found["default"].runs == {"pending": 2, "retrying": 0, "leased": 0, "running": 0}
-    assert found["emails"].runs == {"pending": 0, "retrying": 0, "leased": 0, "running": 1}
+    assert found["default"].runs == {"pending": 2, "retrying": 0, "blocked": 0, "leased": 0, "running": 0}
+    assert found["emails"].runs == {"pending": 0, "retrying": 0, "blocked": 0, "leased": 0, "running": 1}
     assert not found["default"].paused
     assert found["reports"].paused and found["reports"].pause.reason == "vendor outage"
-    assert found["reports"].runs == {"pending": 0, "retrying": 0, "leased": 0, "running": 0}
+    assert found["reports"].runs == {"pending": 0, "retrying": 0, "blocked": 0, "leased": 0, "running": 0}
 
 
 def test_list_queues_is_two_queries(clock, django_assert_num_queries):

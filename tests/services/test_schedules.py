@@ -157,6 +157,15 @@ def test_update_switches_kind_to_cron(scheduler, make_schedule):
     assert s.next_run_at == T0  # 09:00 matches */5
 
 
+def test_overlap_accepts_every_policy(scheduler, make_schedule):
+    assert make_schedule("o", overlap="replace").overlap == "replace"
+    assert scheduler.update_schedule("o", overlap="skip").overlap == "skip"
+    assert scheduler.update_schedule("o", overlap="replace").overlap == "replace"
+    with pytest.raises(errors.ValidationError, match="overlap must be one of allow, skip, replace"):
+        scheduler.update_schedule("o", overlap="newest")
+    assert Schedule.objects.get(name="o").overlap == "replace"
+
+
 def test_invalid_update_changes_nothing(scheduler, make_schedule):
     make_schedule("u", interval_seconds=60)
     with pytest.raises(errors.InvalidInterval):

@@ -31,6 +31,20 @@ def duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(f"{text!r} is too long a duration") from None
 
 
+def duration_or_seconds(text: str) -> timedelta:
+    """A duration (``30m``, ``2h``, ``90s``, ``1d12h``) or a plain number of seconds (``600``)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        return duration(text)
+    if not seconds > 0 or seconds == float("inf"):  # NaN is not > 0
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive duration")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"{text!r} is too long a duration") from None
+
+
 def json_payload(field: str) -> Callable[[str], Any]:
     """The JSON text of ``field`` (args, kwargs) decoded by the service's rule (``decode_payload``:
     not JSON, too deep, a number of too many digits are one line); the service checks its shape

@@ -14,7 +14,8 @@ from typing import Any
 
 from ...errors import ValidationError
 from ...models import Run, RunState, schedule_name_of
-from ...services import enqueue, maintenance, queries, runs, schedules, stats, workers
+from ...services import enqueue, explain, maintenance, queries, runs, schedules, stats, workers
+from . import limits as limit_verbs
 from . import queues as queue_verbs
 from . import records
 from .tables import key_values, seconds, table, when
@@ -173,7 +174,8 @@ def run_list(now: datetime, o: dict[str, Any]) -> Output:
 def run_show(now: datetime, o: dict[str, Any]) -> Output:
     r = runs.get_run(o["run_id"])
     events = list(queries.run_events(r.pk))
-    document = {**records.run_record(r), "events": [records.event_record(e) for e in events]}
+    why = explain.explain(r, now=now)
+    document = {**records.run_record(r), "events": [records.event_record(e) for e in events], "explain": why}
     pairs = [
         ("id", r.pk),
         ("schedule", schedule_name_of(r)),
@@ -199,7 +201,10 @@ def run_show(now: datetime, o: dict[str, Any]) -> Output:
         ("created_at", r.created_at),
         ("updated_at", r.updated_at),
     ]
-    parts = [key_values(pairs), "", "events:"]
+    parts = [key_values(pairs)]
+    if why["waiting_for"]:
+        parts += ["", "waiting for:", *(f"  - {reason['message']}" for reason in why["waiting_for"])]
+    parts += ["", "events:"]
     parts.append(
         table(
             ("AT", "EVENT", "ATTEMPT", "WORKER", "MESSAGE"),
@@ -334,6 +339,7 @@ VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     "run requeue": run_requeue,
     "worker list": worker_list,
     **queue_verbs.VERBS,
+    **limit_verbs.VERBS,
     "stats": show_stats,
     "prune": prune,
 }

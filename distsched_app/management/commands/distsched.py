@@ -4,6 +4,7 @@
     distsched run enqueue|list|show|cancel|requeue
     distsched worker list
     distsched queue pause|resume|list|history
+    distsched limit list|show|set|reset
     distsched stats
     distsched prune --older-than 30d
 
@@ -26,21 +27,26 @@ from ...models import CatchUp, Origin, Overlap, RunState
 from ...services import maintenance
 from ...text import storable
 from ..base import DistschedCommand, int_up_to, positive_int, storable_text
-from ..cli.args import duration, json_payload, object_id, whole_number
+from ..cli.args import duration, duration_or_seconds, json_payload, object_id, whole_number
 from ..cli.verbs import VERBS
 
 MAX_LIST = 10_000
 
 
 class Command(DistschedCommand):
-    help = "Operate distsched: schedules, runs, workers, queues, stats and pruning. See `distsched <group> --help`."
+    help = (
+        "Operate distsched: schedules, runs, workers, queues, limits, stats and pruning. "
+        "See `distsched <group> --help`."
+    )
     # Data commands skip the system checks (like dumpdata): faster, and stderr
     # carries nothing but the one error line. `manage.py check` still runs them.
     requires_system_checks: list[str] = []
 
     def add_command_arguments(self, parser: Any) -> None:
         # The base class made ``parser`` a OneLineParser; subparsers copy its class.
-        groups = parser.add_subparsers(dest="group", metavar="{schedule,run,worker,queue,stats,prune}", required=True)
+        groups = parser.add_subparsers(
+            dest="group", metavar="{schedule,run,worker,queue,limit,stats,prune}", required=True
+        )
 
         schedule = groups.add_parser("schedule", help="Create, inspect, pause, resume and trigger schedules.")
         verbs = schedule.add_subparsers(dest="verb", required=True)
@@ -79,7 +85,8 @@ class Command(DistschedCommand):
         create.add_argument(
             "--overlap",
             choices=Overlap.values,
-            help="skip: a slot becomes a skipped run while an earlier run is active.",
+            help="skip: a slot becomes a skipped run while an earlier run is active; replace: the earlier "
+            "run is cancelled (asked to stop if it runs) and the new one starts once it has ended.",
         )
         create.add_argument("--paused", action="store_true", help="Create it paused.")
         listing = _leaf(verbs, "list", "List schedules.")
@@ -163,6 +170,36 @@ class Command(DistschedCommand):
         history.add_argument(
             "--limit", type=int_up_to(MAX_LIST), default=50, help="How many entries (default %(default)s)."
         )
+
+        limit = groups.add_parser("limit", help="See the limits of DISTSCHED['LIMITS'] and override them at runtime.")
+        verbs = limit.add_subparsers(dest="verb", required=True)
+        _leaf(verbs, "list", "Declared limits: effective numbers, runs in use, blocked, throttled, overridden.")
+        show = _leaf(verbs, "show", "One limit: declared and effective numbers, override, partitions, history.")
+        show.add_argument("name", type=storable_text, metavar="NAME")
+        change = _leaf(
+            verbs, "set", "Override a limit's numbers (replacing an earlier override) until --for ends or a reset."
+        )
+        change.add_argument("name", type=storable_text, metavar="NAME")
+        for option, text in (
+            ("--concurrency", "Runs of one partition at a time."),
+            ("--total", "Runs of all partitions together."),
+            ("--burst", "Starts a rate lets through at once."),
+            ("--local", "Runs per worker."),
+        ):
+            change.add_argument(option, type=whole_number, metavar="N", help=text)
+        change.add_argument("--rate", type=storable_text, metavar="RATE", help="Starts per period: 5/s, 100/m, 10/30s.")
+        change.add_argument("--pause", action="store_true", help="Admit no run of the limit until reset or expiry.")
+        change.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for whoever looks later.")
+        change.add_argument(
+            "--for",
+            dest="for_seconds",
+            type=duration_or_seconds,
+            metavar="DURATION",
+            help="The override ends by itself after 30m, 2h, 90s or a number of seconds (default: until reset).",
+        )
+        reset = _leaf(verbs, "reset", "Back to the declared numbers (a limit without an override: nothing changes).")
+        reset.add_argument("name", type=storable_text, metavar="NAME")
+        reset.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for whoever looks later.")
 
         _leaf(groups, "stats", "Run, schedule and worker figures.")
         prune = _leaf(groups, "prune", "Delete finished runs, their events and old workers.")

@@ -10,6 +10,7 @@ from django.urls import reverse
 from distsched_app.admin import support as admin_support
 from distsched_app.admin.display import pretty_json
 from distsched_app.models import EventType, Run, RunEvent, RunState
+from distsched_app.services import claiming
 from distsched_app.services import enqueue as enqueue_service
 from tests.adapters.admin.pages import (
     EVENTS,
@@ -77,7 +78,7 @@ def test_cancel_action_on_a_finished_run_is_a_warning_not_an_error(staff, schedu
     msgs = act(staff, RUNS, "cancel_runs", [dead, pending])
     assert msgs[0] == (
         "warning",
-        f"1 run(s) not cancelled: run {dead.pk} is dead; only pending, retrying, "
+        f"1 run(s) not cancelled: run {dead.pk} is dead; only pending, retrying, blocked, "
         "leased or running runs can be cancelled",
     )
     assert msgs[1] == ("success", "Cancelled 1 run(s).")
@@ -150,6 +151,20 @@ def test_requeue_and_cancel_buttons_on_the_change_page(staff, scheduler, make_sc
     response = staff.post(base + "cancel/", follow=True)  # no longer allowed: a warning, not a 500
     assert response.status_code == 200
     assert [level for level, _ in messages_of(response)] == ["warning"]
+
+
+def test_a_blocked_run_page_names_the_run_it_replaces_and_can_cancel_it(staff, scheduler, make_schedule, clock):
+    make_schedule("r", interval_seconds=60, overlap="replace")
+    [old] = scheduler.tick()
+    claiming.claim_next_run(worker_id="w-run", queues=None, lease_seconds=300, now=clock.now())
+    clock.advance(seconds=60)
+    [blocked] = scheduler.tick()
+    body = staff.get(change_url(blocked)).content.decode()
+    assert "Blocked behind" in body and f"<a href='{change_url(old)}'>run {old.pk}</a>" in body
+    assert 'id="distsched-cancel"' in body
+    assert "replaced by run" in staff.get(change_url(old)).content.decode()
+    staff.post(change_url(blocked).removesuffix("change/") + "cancel/", follow=True)
+    assert Run.objects.get(pk=blocked.pk).state == RunState.CANCELLED
 
 
 def test_actions_need_the_change_permission(client, django_user_model, scheduler, make_schedule):

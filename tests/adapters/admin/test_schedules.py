@@ -140,6 +140,14 @@ def test_add_page_loads_and_creates_through_the_service(staff, clock):
     assert schedule.kwargs == {"n": 1}
 
 
+def test_add_page_accepts_overlap_replace(staff, clock):
+    response = staff.post(
+        reverse("admin:distsched_app_schedule_add"), schedule_form(interval_seconds="300", overlap="replace")
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert Schedule.objects.get(name="new-one").overlap == "replace"
+
+
 @pytest.mark.parametrize(
     ("overrides", "field", "text"),
     [

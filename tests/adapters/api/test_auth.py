@@ -14,12 +14,12 @@ from rest_framework.authentication import SessionAuthentication, TokenAuthentica
 from rest_framework.test import APIClient
 
 from distsched_app.metrics import MetricsView
-from distsched_app.models import QueueEvent, QueuePause, Run, RunEvent, Schedule
-from distsched_app.services import queues
+from distsched_app.models import Limit, LimitEvent, QueueEvent, QueuePause, Run, RunEvent, Schedule
+from distsched_app.services import limit_overrides, queues
 
 pytestmark = pytest.mark.django_db
 
-VIEW_ALL = ["view_schedule", "view_run", "view_worker", "view_queuepause"]
+VIEW_ALL = ["view_schedule", "view_run", "view_worker", "view_queuepause", "view_limit"]
 
 # name -> make_api_user options (None: no credentials at all)
 ROLES = {
@@ -28,7 +28,10 @@ ROLES = {
     "viewer": {"staff": True, "perms": VIEW_ALL},
     "viewer_not_staff": {"perms": VIEW_ALL},
     "schedule_viewer": {"staff": True, "perms": ["view_schedule"]},
-    "changer": {"staff": True, "perms": ["change_schedule", "change_run", "change_worker", "change_queuepause"]},
+    "changer": {
+        "staff": True,
+        "perms": ["change_schedule", "change_run", "change_worker", "change_queuepause", "change_limit"],
+    },
     "adder": {"staff": True, "perms": ["add_schedule"]},
     "run_adder": {"perms": ["add_run"]},  # e.g. a service account that enqueues work
     "deleter": {"staff": True, "perms": ["delete_schedule"]},
@@ -76,6 +79,7 @@ ENDPOINTS = {
     ),
     "runs-retrieve": Endpoint("get", "/api/runs/{run}", READ_RUNS, 200),
     "runs-events": Endpoint("get", "/api/runs/{run}/events", READ_RUNS, 200),
+    "runs-explain": Endpoint("get", "/api/runs/{run}/explain", READ_RUNS, 200),
     "runs-cancel": Endpoint("post", "/api/runs/{run}/cancel", {"changer", "superuser"}, 200, writes=True),
     "runs-requeue": Endpoint("post", "/api/runs/{cancelled}/requeue", {"changer", "superuser"}, 200, writes=True),
     "workers": Endpoint("get", "/api/workers", READ_RUNS, 200),  # the same roles hold view/change_worker
@@ -85,6 +89,12 @@ ENDPOINTS = {
         "post", "/api/queues/reports/pause", {"changer", "superuser"}, 200, body={"reason": "r"}, writes=True
     ),
     "queues-resume": Endpoint("post", "/api/queues/held/resume", {"changer", "superuser"}, 200, writes=True),
+    "limits-list": Endpoint("get", "/api/limits", READ_RUNS, 200),  # the same roles hold view/change_limit
+    "limits-retrieve": Endpoint("get", "/api/limits/held", READ_RUNS, 200),
+    "limits-patch": Endpoint(
+        "patch", "/api/limits/held", {"changer", "superuser"}, 200, body={"concurrency": 2}, writes=True
+    ),
+    "limits-reset": Endpoint("post", "/api/limits/held/reset", {"changer", "superuser"}, 200, writes=True),
     "schema": Endpoint("get", "/api/schema?format=json", ANY_PERMISSION, 200),
     "docs": Endpoint("get", "/api/docs", ANY_PERMISSION, 200, anonymous=302),
     "metrics": Endpoint("get", "/metrics", {"metrics", "superuser"}, 200),
@@ -92,12 +102,15 @@ ENDPOINTS = {
 
 
 @pytest.fixture
-def world(api_clock, scheduler, make_schedule, monkeypatch):
-    """s1 with a pending run, p1 paused, a cancelled run of s1, queue "held" paused; returns the runs' ids."""
+def world(api_clock, scheduler, make_schedule, monkeypatch, settings):
+    """s1 with a pending run, p1 paused, a cancelled run of s1, queue "held" paused, limit "held" overridden;
+    returns the runs' ids."""
+    settings.DISTSCHED = {**settings.DISTSCHED, "LIMITS": {"held": {"queue": "held", "concurrency": 1}}}
     make_schedule("s1")
     make_schedule("p1")
     scheduler.pause("p1")
     queues.pause_queue("held", now=api_clock.now(), by="code:tests")
+    limit_overrides.set_override("held", {"paused": True}, now=api_clock.now(), by="code:tests")
     [run] = scheduler.tick()
     cancelled = scheduler.cancel_run(scheduler.trigger("s1").pk)
     return {"run": run.pk, "cancelled": cancelled.pk}
@@ -108,7 +121,16 @@ def snapshot() -> tuple:
     schedules = list(Schedule.objects.order_by("name").values_list("name", "max_attempts", "paused", "next_run_at"))
     runs = list(Run.objects.order_by("id").values_list("id", "state", "cancel_requested", "max_attempts"))
     pauses = list(QueuePause.objects.order_by("queue").values_list("queue", "paused_by", "reason"))
-    return schedules, runs, RunEvent.objects.count(), pauses, QueueEvent.objects.count()
+    limits = list(Limit.objects.order_by("name").values_list("name", "override", "override_by"))
+    return (
+        schedules,
+        runs,
+        RunEvent.objects.count(),
+        pauses,
+        QueueEvent.objects.count(),
+        limits,
+        LimitEvent.objects.count(),
+    )
 
 
 def client_for(role: str, make_api_user, token_client) -> APIClient:
@@ -179,11 +201,13 @@ def test_every_endpoint_of_the_api_is_in_the_matrix():
             ("post", "create"),
             ("get", "retrieve"),
             ("get", "events"),
+            ("get", "explain"),
             ("post", "cancel"),
             ("post", "requeue"),
         },
         "WorkerViewSet": {("get", "list")},
         "QueueViewSet": {("get", "list"), ("post", "pause"), ("post", "resume")},
+        "LimitViewSet": {("get", "list"), ("get", "retrieve"), ("patch", "partial_update"), ("post", "reset")},
         "StatsView": {("get", "get")},
         "SchemaView": {("get", "get")},
         "DocsView": {("get", "get")},
@@ -195,7 +219,7 @@ def test_every_endpoint_of_the_api_is_in_the_matrix():
 def test_authentication_is_set_on_every_view_not_read_from_settings():
     """Token then session on every view, /metrics included, whatever the host's REST_FRAMEWORK says."""
     views = routed_views()
-    assert MetricsView in views and len(views) == 8
+    assert MetricsView in views and len(views) == 9
     for cls in views:
         assert cls.authentication_classes == [TokenAuthentication, SessionAuthentication], cls
 

@@ -22,6 +22,7 @@ PATHS = {
     "/api/runs/": {"get", "post"},
     "/api/runs/{id}/": {"get"},
     "/api/runs/{id}/events/": {"get"},
+    "/api/runs/{id}/explain/": {"get"},
     "/api/runs/{id}/cancel/": {"post"},
     "/api/runs/{id}/requeue/": {"post"},
     "/api/workers/": {"get"},
@@ -29,6 +30,9 @@ PATHS = {
     "/api/queues/": {"get"},
     "/api/queues/{name}/pause/": {"post"},
     "/api/queues/{name}/resume/": {"post"},
+    "/api/limits/": {"get"},
+    "/api/limits/{name}/": {"get", "patch"},
+    "/api/limits/{name}/reset/": {"post"},
 }
 
 

@@ -183,6 +183,22 @@ def test_list_costs_the_same_queries_for_5_and_50_rows(api, make_runs, django_as
 # detail and events
 
 
+def test_detail_of_a_blocked_run_names_the_run_it_replaces(api, api_clock, scheduler, make_schedule):
+    make_schedule("s1", overlap="replace")
+    [first] = scheduler.tick()
+    claiming.claim_next_run(worker_id="w1", queues=None, lease_seconds=300, now=api_clock.now())
+    api_clock.advance(seconds=60)
+    [second] = scheduler.tick()
+    body = api.get(f"/api/runs/{second.pk}").json()
+    assert (body["state"], body["held_by"]) == ("blocked", f"run:{first.pk}")
+    assert "held_by" not in api.get("/api/runs").json()["results"][0]  # detail only
+    events = api.get(f"/api/runs/{first.pk}/events").json()
+    events = events["results"] if isinstance(events, dict) else events
+    assert [e["event_type"] for e in events][-2:] == ["replaced", "cancel_requested"]
+    response = api.post(f"/api/runs/{second.pk}/cancel")
+    assert response.status_code == 200 and response.json()["state"] == "cancelled"
+
+
 def test_detail_of_a_running_run(api, api_clock, scheduler, make_schedule):
     make_schedule("s1", task_name="tests.echo", args=[1], max_attempts=4)
     [run] = scheduler.tick()
@@ -191,7 +207,8 @@ def test_detail_of_a_running_run(api, api_clock, scheduler, make_schedule):
     response = api.get(f"/api/runs/{run.pk}/")
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == RUN_KEYS | {"queue_pause", "waiting_for_capabilities"}  # detail-only fields
+    assert set(body) == RUN_KEYS | {"held_by", "queue_pause", "waiting_for_capabilities"}  # detail-only fields
+    assert body["held_by"] == ""
     assert body["queue_pause"] is None
     assert body["waiting_for_capabilities"] == []
     assert body["schedule"] == "s1" and body["state"] == RunState.RUNNING
@@ -221,7 +238,13 @@ def test_detail_of_a_finished_run_has_result_and_error(api, api_clock, scheduler
 
 @pytest.mark.parametrize("run_id", ["999999", "abc", "-1", "0", "1.5", "%00", "99999999999999999999999", "１"])  # noqa: RUF001
 def test_unknown_or_malformed_run_id_is_404(api, run_id):
-    for method, suffix in [("get", ""), ("get", "/events"), ("post", "/cancel"), ("post", "/requeue")]:
+    for method, suffix in [
+        ("get", ""),
+        ("get", "/events"),
+        ("get", "/explain"),
+        ("post", "/cancel"),
+        ("post", "/requeue"),
+    ]:
         response = getattr(api, method)(f"/api/runs/{run_id}{suffix}")
         assert response.status_code == 404, (method, suffix)
         assert "detail" in response.json()

@@ -87,6 +87,18 @@ def test_create_cron_schedule_in_a_time_zone(api):
     assert (body["catch_up"], body["overlap"]) == ("skip", "skip")
 
 
+def test_create_and_patch_overlap_replace(api, api_clock):
+    response = create(api, overlap="replace")
+    assert response.status_code == 201, response.json()
+    assert response.json()["overlap"] == "replace"
+    assert Schedule.objects.get(name="s1").overlap == "replace"
+    response = api.patch("/api/schedules/s1", {"overlap": "skip"})
+    assert response.status_code == 200, response.json()
+    assert api.patch("/api/schedules/s1", {"overlap": "replace"}).json()["overlap"] == "replace"
+    response = api.patch("/api/schedules/s1", {"overlap": "never"})
+    assert response.status_code == 400 and "overlap" in response.json()
+
+
 def test_create_once_schedule(api):
     response = create(api, name="once", run_at="2026-03-05T12:00:00+01:00")
     assert response.status_code == 201, response.json()

@@ -43,6 +43,9 @@ EXCLUDED = {
     ("POST", "/api/schedules/"): [positive_data_acceptance],
     ("PATCH", "/api/schedules/{name}/"): [positive_data_acceptance],
     ("POST", "/api/runs/"): [positive_data_acceptance],
+    # A limit's override: at least one number, for_seconds or until (not both), until in the future, a rate's
+    # count and period in range.
+    ("PATCH", "/api/limits/{name}/"): [positive_data_acceptance],
 }
 
 
@@ -53,8 +56,10 @@ def api_headers(make_api_user):
 
 
 @pytest.fixture
-def seeded(api_clock, scheduler, make_schedule):
-    """A little of everything; returns path parameters naming rows that exist."""
+def seeded(api_clock, scheduler, make_schedule, settings):
+    """A little of everything; returns path parameters naming rows that exist (a limit is named like the
+    schedule, so that the limits' detail endpoints are called on one that exists too)."""
+    settings.DISTSCHED = {**settings.DISTSCHED, "LIMITS": {"every-minute": {"queue": "limited", "concurrency": 1}}}
     make_schedule("nightly", cron="0 3 * * *", timezone="Europe/Paris")
     make_schedule("every-minute", task_name="tests.echo", interval_seconds=60, kwargs={"x": 1})
     scheduler.tick()
@@ -81,6 +86,7 @@ OPERATIONS = [
     ("POST", "/api/runs/"),
     ("GET", "/api/runs/{id}/"),
     ("GET", "/api/runs/{id}/events/"),
+    ("GET", "/api/runs/{id}/explain/"),
     ("POST", "/api/runs/{id}/cancel/"),
     ("POST", "/api/runs/{id}/requeue/"),
     ("GET", "/api/workers/"),
@@ -88,6 +94,10 @@ OPERATIONS = [
     ("GET", "/api/queues/"),
     ("POST", "/api/queues/{name}/pause/"),
     ("POST", "/api/queues/{name}/resume/"),
+    ("GET", "/api/limits/"),
+    ("GET", "/api/limits/{name}/"),
+    ("PATCH", "/api/limits/{name}/"),
+    ("POST", "/api/limits/{name}/reset/"),
 ]
 
 
@@ -99,8 +109,9 @@ def test_every_operation_is_fuzzed(api_schema):
     assert sorted(_operations(api_schema)) == sorted(OPERATIONS)
 
 
-# GET /api/stats and /api/queues take no input at all, so there is no invalid request to generate for them.
-NO_INPUT = {("GET", "/api/stats/"), ("GET", "/api/queues/")}
+# GET /api/stats, /api/queues and /api/limits take no input at all, so there is no invalid request to generate
+# for them.
+NO_INPUT = {("GET", "/api/stats/"), ("GET", "/api/queues/"), ("GET", "/api/limits/")}
 CASES = [
     pytest.param(method, path, mode, id=f"{mode.value} {method} {path}")
     for method, path in OPERATIONS

@@ -4,33 +4,17 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from io import StringIO
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
 from distsched_app.clock import iso_utc
-from distsched_app.management.commands.distsched import Command
 from distsched_app.models import Origin, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
 from distsched_app.services import claiming, outcomes, workers
 from tests.conftest import T0
 from tests.factories import succeed
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def cli(clock):
-    """Run ``distsched`` with the test clock; returns stdout (and asserts stderr is empty)."""
-
-    def run(*args: str) -> str:
-        command = Command()
-        out, err = StringIO(), StringIO()
-        call_command(command, *args, stdout=out, stderr=err)
-        assert err.getvalue() == ""
-        return out.getvalue()
-
-    return run
 
 
 @pytest.fixture
@@ -106,6 +90,13 @@ def test_create_cron_schedule_with_every_option(cli_json):
     assert (doc["timezone"], doc["catch_up"], doc["overlap"], doc["paused"]) == ("Europe/Paris", "skip", "skip", True)
     assert doc["next_run_at"] == "2026-04-01T01:00:00Z"  # 03:00 in Paris (CEST) after start_at
     assert Schedule.objects.get(name="nightly").paused
+
+
+def test_create_with_overlap_replace(cli_json, cli):
+    doc = cli_json("schedule", "create", "r", "--task", "tests.noop", "--interval", "60", "--overlap", "replace")
+    assert doc["overlap"] == "replace"
+    assert Schedule.objects.get(name="r").overlap == "replace"
+    assert "replace" in error_of(cli, "schedule", "create", "x", "--task", "tests.noop", "--overlap", "never")
 
 
 def test_create_once_schedule(cli):
@@ -311,7 +302,7 @@ def test_run_cancel(cli, cli_json, three_runs, clock):
     assert Run.objects.get(pk=pending.pk).state == RunState.CANCELLED
     assert RunEvent.objects.filter(run=pending, event_type="cancelled").get().message.endswith("distsched command")
     assert error_of(cli, "run", "cancel", str(succeeded.pk)) == (
-        f"run {succeeded.pk} is succeeded; only pending, retrying, leased or running runs can be cancelled"
+        f"run {succeeded.pk} is succeeded; only pending, retrying, blocked, leased or running runs can be cancelled"
     )
     assert error_of(cli, "run", "cancel", "12345") == "no run with id 12345"
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import getpass
 import json
-from io import StringIO
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
-from distsched_app.management.commands.distsched import Command
 from distsched_app.models import QueueEvent, QueuePause, RunState
 from distsched_app.services import claiming, queues
 from distsched_app.services.enqueue import Job, enqueue
@@ -18,17 +16,6 @@ from tests.concurrency.procs import finish, manage
 pytestmark = pytest.mark.django_db
 
 NOW = "2026-03-02T09:00:00Z"
-
-
-@pytest.fixture
-def cli(clock):
-    def run(*args: str) -> str:
-        out, err = StringIO(), StringIO()
-        call_command(Command(), *args, stdout=out, stderr=err)
-        assert err.getvalue() == ""
-        return out.getvalue()
-
-    return run
 
 
 def me() -> str:
@@ -79,15 +66,16 @@ def test_list_table_and_json(cli, clock):
     queues.pause_queue("reports", now=clock.now(), by="user:alice", reason="vendor outage")
     lines = cli("queue", "list").splitlines()
     assert lines[0].split() == [
-        "QUEUE", "PENDING", "RETRYING", "LEASED", "RUNNING", "PAUSED", "PAUSED", "BY", "PAUSED", "AT", "REASON",
+        "QUEUE", "PENDING", "RETRYING", "BLOCKED", "LEASED", "RUNNING", "PAUSED", "PAUSED", "BY", "PAUSED", "AT",
+        "REASON",
     ]  # fmt: skip
-    assert lines[1].split() == ["default", "1", "0", "0", "0", "no", "-", "-", "-"]
-    assert lines[2].split() == ["reports", "1", "0", "0", "1", "yes", "user:alice", NOW, "vendor", "outage"]
+    assert lines[1].split() == ["default", "1", "0", "0", "0", "0", "no", "-", "-", "-"]
+    assert lines[2].split() == ["reports", "1", "0", "0", "0", "1", "yes", "user:alice", NOW, "vendor", "outage"]
     document = json.loads(cli("queue", "list", "--json"))
     assert document[1] == {
         "queue": "reports",
         "paused": True,
-        "runs": {"pending": 1, "retrying": 0, "leased": 0, "running": 1},
+        "runs": {"pending": 1, "retrying": 0, "blocked": 0, "leased": 0, "running": 1},
         "pause": {"paused_at": NOW, "paused_by": "user:alice", "reason": "vendor outage"},
     }
     assert document[0]["pause"] is None and document[0]["runs"][RunState.PENDING] == 1

@@ -4,29 +4,14 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 
-from distsched_app.management.commands.distsched import Command
 from distsched_app.models import EventType, Origin, Run, RunEvent, RunState
 from tests.conftest import T0
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def cli(clock):
-    """Run ``distsched`` with the test clock; returns stdout (and asserts stderr is empty)."""
-
-    def run(*args: str) -> str:
-        out, err = StringIO(), StringIO()
-        call_command(Command(), *args, stdout=out, stderr=err)
-        assert err.getvalue() == ""
-        return out.getvalue()
-
-    return run
 
 
 def error_of(cli, *args: str) -> str:

@@ -1,0 +1,101 @@
+"""Durable flow-control state: operators' overrides of limits, the partition rows admission
+serialises on, who holds a slot, and the history of overrides.
+
+The limits themselves are declared in ``DISTSCHED["LIMITS"]`` (``services.limit_rules``);
+nothing here repeats them. Occupancy is never a counter: a ``LimitHold`` row says a run was
+admitted under a limit's partition at an attempt, and it counts only while that run still
+holds a live lease at that attempt (``services.limits``), so a row a crash left behind frees
+its slot when the lease expires, like the run itself. Written only by ``services.limits``;
+``models`` re-exports them.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class LimitAction(models.TextChoices):
+    SET = "set", "set"
+    RESET = "reset", "reset"
+    EXPIRED = "expired", "expired"
+
+
+class Limit(models.Model):
+    """One row per limit an operator overrode, or whose whole-limit cap (``total``) admission
+    locked: the serialisation point of a limit shared by its partitions."""
+
+    name = models.SlugField(max_length=100, primary_key=True)
+    # The operator's numbers over the declared ones: {"concurrency", "total", "rate", "local",
+    # "paused"}, each optional; None: the declaration applies.
+    override = models.JSONField(null=True, blank=True)
+    override_by = models.CharField(max_length=200, blank=True, default="")
+    override_reason = models.TextField(blank=True, default="")
+    override_at = models.DateTimeField(null=True, blank=True)
+    # The override ends by itself then (None: until reset).
+    override_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "limit override"
+        default_permissions = ("view", "change")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class LimitPartition(models.Model):
+    """A limit's partition (``key`` "" when it has none): locked by every admission into it, and
+    carrying its rate state (GCRA's theoretical arrival time) and when it last admitted a run
+    (fairness). Created on first use, removed by the sweep when idle."""
+
+    limit = models.CharField(max_length=100)
+    key = models.CharField(max_length=200)
+    tat = models.DateTimeField(null=True, blank=True)
+    last_admitted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["limit", "key"]
+        default_permissions = ("view",)
+        constraints = [models.UniqueConstraint(fields=["limit", "key"], name="distsched_limit_partition")]
+
+    def __str__(self) -> str:
+        return f"{self.limit}:{self.key}"
+
+
+class LimitHold(models.Model):
+    """A run admitted into a limit's partition at ``attempt`` (and by which worker, for
+    ``local``). Counts while the run is leased or running at that attempt with a live lease."""
+
+    run = models.ForeignKey("distsched_app.Run", on_delete=models.CASCADE, related_name="+", db_index=False)
+    limit = models.CharField(max_length=100)
+    key = models.CharField(max_length=200)
+    attempt = models.PositiveIntegerField()
+    worker_id = models.CharField(max_length=200)
+
+    class Meta:
+        default_permissions = ("view",)
+        constraints = [models.UniqueConstraint(fields=["run", "limit"], name="distsched_limit_hold")]
+        indexes = [models.Index(fields=["limit", "key"], name="distsched_limit_hold_key")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} holds {self.limit}:{self.key}"
+
+
+class LimitEvent(models.Model):
+    """Append-only history of overrides (set, reset, expired): who, when, why, what."""
+
+    limit = models.CharField(max_length=100)
+    action = models.CharField(max_length=10, choices=LimitAction.choices)
+    actor = models.CharField(max_length=200)
+    reason = models.TextField(blank=True, default="")
+    override = models.JSONField(null=True, blank=True)
+    until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-id"]
+        default_permissions = ("view",)
+        indexes = [models.Index(fields=["limit", "-id"], name="distsched_limit_event")]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.limit} by {self.actor}"

@@ -1,0 +1,479 @@
+"""Flow control in the claim: admission of limited runs, release of their slots, the sweep.
+
+The rules (what a limit is, a run's partition, GCRA) are ``services.limit_rules``; this module
+applies them, in the claim's transaction and the transactions that end a holder.
+
+- **Admission** (``Gate``, used by ``claiming.claim_runs`` for every candidate): a run under
+  limits starts only if every one admits it. Each limit's partition row (``LimitPartition``;
+  and the limit's row for a ``total``) is locked ``FOR UPDATE SKIP LOCKED``, so racing
+  claimers admit into one partition one at a time (SQLite's claim already holds the write
+  lock); a claimer that finds it held leaves the run pending for its next claim instead of
+  waiting, so claims never wait on each other. Releases do wait for the lock (they must not
+  miss a blocked run), and take partitions in name order. Occupancy is counted, under that
+  lock, from the runs themselves: the ``LimitHold`` rows of runs still leased or running at
+  the admitted attempt with a live lease. A dead worker's slot frees when its lease expires;
+  nothing else expires and nothing is a counter.
+- A run a concurrency (or ``total``, or a paused limit) holds back becomes ``blocked``: not
+  claimable, so claims never walk past it again; a rate-throttled run stays waiting with its
+  ``available_at`` moved to when its rate next admits (so an idle worker sleeps until then).
+  Neither uses an attempt; each writes its event once per wait. Unlimited runs behind them are
+  claimed by the same claim (no head-of-line blocking).
+- **Release** (``release``): the transaction that ends a holder (success, failure, dead,
+  cancel, lease recovery, a released prefetch) deletes its holds and lets as many blocked runs
+  of the partition through as there are free slots (for a ``fair`` limit, of the partition
+  admitted least recently), under the same partition lock, with a notification. The
+  **sweep** (``sweep``, every few seconds from each worker) does the same for any partition
+  with blocked runs: the safety net for a slot freed by an expired lease or a changed limit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, F, Q
+
+from ..clock import iso_utc
+from ..db import locks, notify
+from ..models import LEASED_STATES, EventType, Limit, LimitHold, LimitPartition, Run, RunState
+from . import events
+from . import limit_rules as rules
+
+logger = logging.getLogger("distsched.limits")
+
+PREFIX = "limit:"
+# At most this many blocked runs are let through by one release of an uncapped partition.
+MAX_RELEASE = 1000
+
+
+def held_by(limit: str, key: str) -> str:
+    """``Run.held_by`` of a run waiting on a limit's partition."""
+    return f"{PREFIX}{limit}:{key}"
+
+
+def parse_held_by(value: str) -> tuple[str, str] | None:
+    """``(limit, key)`` of a ``held_by`` that names a limit, else None."""
+    if not value.startswith(PREFIX):
+        return None
+    limit, _, key = value[len(PREFIX) :].partition(":")
+    return limit, key
+
+
+def partition_label(key: str) -> str:
+    return f" (partition {key!r})" if key else ""
+
+
+class Verdict(Enum):
+    ADMIT = "admit"  # claim it
+    LATER = "later"  # leave it waiting, untouched (no free thread for a limited run, or local cap)
+    HELD = "held"  # blocked or throttled: its row says so already
+
+
+def active_overrides(now: datetime) -> dict[str, dict[str, Any]]:
+    """Operators' overrides in force at ``now`` (``{limit: numbers}``): one small query."""
+    rows = Limit.objects.filter(override__isnull=False).filter(
+        Q(override_until__isnull=True) | Q(override_until__gt=now)
+    )
+    return {name: override for name, override in rows.values_list("name", "override") if override}
+
+
+def in_use(limit: str, now: datetime, *, key: str | None = None, worker_id: str | None = None) -> int:
+    """Runs holding a slot of the limit (of one partition, of one worker): admitted and still
+    leased or running at that attempt, with a live lease."""
+    qs = LimitHold.objects.filter(
+        limit=limit, run__state__in=list(LEASED_STATES), run__lease_expires_at__gt=now, run__attempts=F("attempt")
+    )
+    if key is not None:
+        qs = qs.filter(key=key)
+    if worker_id is not None:
+        qs = qs.filter(run__lease_owner=worker_id)
+    return qs.count()
+
+
+def holders(limit: str, key: str | None, now: datetime) -> list[int]:
+    """The runs holding a slot of the limit's partition (None: any partition), oldest first."""
+    qs = LimitHold.objects.filter(
+        limit=limit, run__state__in=list(LEASED_STATES), run__lease_expires_at__gt=now, run__attempts=F("attempt")
+    )
+    if key is not None:
+        qs = qs.filter(key=key)
+    return sorted(qs.values_list("run_id", flat=True))
+
+
+def _lock_partition(limit: str, key: str, *, skip: bool = False) -> LimitPartition | None:
+    """The partition's row, locked until COMMIT (created on first use). ``skip``: None when another
+    transaction holds it (a claim never waits on a partition: it leaves the run for its next claim)."""
+    lock = locks.skip_locked if skip else locks.row_locked
+    qs = lock(LimitPartition.objects.filter(limit=limit, key=key))
+    row = qs.first()
+    if row is None:
+        LimitPartition.objects.bulk_create([LimitPartition(limit=limit, key=key)], ignore_conflicts=True)
+        row = qs.first()
+    return row
+
+
+def _lock_limit(name: str, *, skip: bool = False) -> bool:
+    """The limit's own row, locked (admissions under a ``total`` serialise on it); False when
+    ``skip`` and another transaction holds it."""
+    lock = locks.skip_locked if skip else locks.row_locked
+    qs = lock(Limit.objects.filter(name=name))
+    if list(qs.values_list("name", flat=True)):
+        return True
+    Limit.objects.bulk_create([Limit(name=name)], ignore_conflicts=True)
+    return bool(list(qs.values_list("name", flat=True)))
+
+
+@dataclass
+class _Partition:
+    """A partition locked by this claim: its row, and its holders counted once under the lock
+    (nobody else can admit into it or release from it until the claim commits)."""
+
+    row: LimitPartition
+    used: int
+    admitted: int = 0
+    dirty: bool = False
+
+
+class Gate:
+    """One claim's admission decisions, inside its transaction.
+
+    ``slots`` is how many limited runs the claim may start (the worker's free threads). A
+    limited run beyond them would wait prefetched while holding its slot: it is taken only
+    while each of its limits is a concurrency cap at most half full after it (so prefetched
+    runs can never be what keeps a limit from being reached by running ones), never under a
+    rate (a token is spent at admission) or a per-worker cap. Each partition is locked and
+    counted once per claim; its new state and the holds are written by ``finish``."""
+
+    def __init__(self, *, now: datetime, worker_id: str, slots: int) -> None:
+        self.now = now
+        self.worker_id = worker_id
+        self.slots = slots
+        self.limited: list[int] = []  # ids of limited runs admitted, in order
+        self.events: list[events.NewEvent] = []
+        self._overrides: dict[str, dict[str, Any]] | None = None
+        self._partitions: dict[tuple[str, str], _Partition | None] = {}
+        self._totals: dict[str, int | None] = {}  # limit -> holders in all partitions (None: locked elsewhere)
+        self._local: Counter[str] = Counter()
+        self._holds: list[LimitHold] = []
+        self._throttled: Counter[tuple[str, str]] = Counter()
+
+    def overrides(self) -> dict[str, dict[str, Any]]:
+        if self._overrides is None:
+            self._overrides = active_overrides(self.now)
+        return self._overrides
+
+    def _partition(self, limit: str, key: str) -> _Partition | None:
+        if (limit, key) not in self._partitions:
+            # Never wait for another claimer's lock (no convoy on a hot partition, no lock-order
+            # cycle between claimers): the run is left for this worker's next claim.
+            row = _lock_partition(limit, key, skip=True)
+            self._partitions[(limit, key)] = None if row is None else _Partition(row, in_use(limit, self.now, key=key))
+        return self._partitions[(limit, key)]
+
+    def _total(self, limit: str) -> int | None:
+        if limit not in self._totals:
+            self._totals[limit] = in_use(limit, self.now) if _lock_limit(limit, skip=True) else None
+        return self._totals[limit]
+
+    def pairs(self, run: Run) -> list[tuple[rules.LimitSpec, str]]:
+        """The (limit, partition) pairs the run is under, its keys computed once and stored."""
+        specs = rules.applicable(run.task_name, run.queue)
+        if not specs:
+            return []
+        keys = dict(run.limit_keys or {})
+        out, changed = [], False
+        for spec in specs:
+            key: str | None
+            if spec.name in keys:
+                key = keys[spec.name]
+            else:
+                try:
+                    key = rules.partition_key(spec, run.task_name, run.args, run.kwargs)
+                except rules.LimitKeyMissing:
+                    key = ""  # reached the claim without its key (made before the limit existed): shared
+                except Exception:  # a partition function that raised: shared, and said so
+                    logger.exception("partition_by of limit %s failed for run %s; shared partition", spec.name, run.pk)
+                    key = ""
+                if key is None:
+                    continue  # exempt
+                keys[spec.name], changed = key, True
+            out.append((spec, key))
+        if changed:
+            run.limit_keys = keys
+            Run.objects.filter(pk=run.pk).update(limit_keys=keys)
+        return out
+
+    def admit(self, run: Run) -> Verdict:
+        pairs = self.pairs(run)
+        if not pairs:
+            return Verdict.ADMIT
+        extra = len(self.limited) >= self.slots  # it would wait prefetched
+        taken: list[tuple[rules.LimitSpec, str, _Partition, rules.Numbers]] = []
+        for spec, key in pairs:
+            total_used = self._total(spec.name) if spec.numbers.total is not None else 0
+            partition = self._partition(spec.name, key) if total_used is not None else None
+            if partition is None:
+                return Verdict.LATER
+            numbers = spec.numbers_for(key, self.overrides().get(spec.name))
+            if numbers.paused:
+                return self._block(run, spec, key, f"limit {spec.name} is paused by an operator")
+            used = partition.used + partition.admitted
+            if numbers.concurrency is not None and used >= numbers.concurrency:
+                why = f"limit {spec.name}{partition_label(key)} is full ({used}/{numbers.concurrency} running)"
+                return self._block(run, spec, key, why)
+            if numbers.total is not None and (total_used or 0) >= numbers.total:
+                why = f"limit {spec.name} is full in all partitions ({total_used}/{numbers.total} running)"
+                return self._block(run, spec, key, why)
+            if extra and not _room_to_prefetch(numbers, used, total_used or 0):
+                return Verdict.LATER
+            if numbers.local is not None:
+                mine = in_use(spec.name, self.now, worker_id=self.worker_id) + self._local[spec.name]
+                if mine >= numbers.local:
+                    return Verdict.LATER  # another worker may take it
+            if numbers.rate is not None and not rules.conforms(
+                numbers.rate, numbers.burst, partition.row.tat, self.now
+            ):
+                return self._throttle(run, spec, key, numbers, partition.row)
+            taken.append((spec, key, partition, numbers))
+        for spec, key, partition, numbers in taken:
+            partition.admitted += 1
+            partition.dirty = True
+            partition.row.last_admitted_at = self.now
+            if numbers.rate is not None:
+                partition.row.tat = rules.next_tat(numbers.rate, partition.row.tat, self.now)
+            if spec.numbers.total is not None:
+                self._totals[spec.name] = (self._totals[spec.name] or 0) + 1
+            self._local[spec.name] += 1
+            self._holds.append(
+                LimitHold(run_id=run.pk, limit=spec.name, key=key, attempt=run.attempts + 1, worker_id=self.worker_id)
+            )
+        self.limited.append(run.pk)
+        return Verdict.ADMIT
+
+    def finish(self) -> None:
+        """Write what this claim's admissions changed: the partitions' rate state and last
+        admission, and the holds (a run's earlier holds replaced). Before the claim commits."""
+        for partition in self._partitions.values():
+            if partition is not None and partition.dirty:
+                LimitPartition.objects.filter(pk=partition.row.pk).update(
+                    tat=partition.row.tat, last_admitted_at=partition.row.last_admitted_at
+                )
+        if self._holds:
+            LimitHold.objects.filter(run_id__in=self.limited).delete()
+            LimitHold.objects.bulk_create(self._holds)
+
+    def _block(self, run: Run, spec: rules.LimitSpec, key: str, why: str) -> Verdict:
+        Run.objects.filter(pk=run.pk).update(
+            state=RunState.BLOCKED,
+            held_by=held_by(spec.name, key),
+            lease_owner="",
+            lease_expires_at=None,
+            updated_at=self.now,
+        )
+        self.events.append(
+            events.NewEvent(
+                run_id=run.pk,
+                event_type=EventType.BLOCKED,
+                now=self.now,
+                attempt=run.attempts,
+                message=f"{why}; blocked until a slot frees",
+            )
+        )
+        return Verdict.HELD
+
+    def _throttle(
+        self, run: Run, spec: rules.LimitSpec, key: str, numbers: rules.Numbers, partition: LimitPartition
+    ) -> Verdict:
+        rate = numbers.rate
+        assert rate is not None  # noqa: S101 - only called for a limit with a rate
+        # Runs of one partition throttled by one claim are spread one interval apart, so they do
+        # not all come due (and contend) at the same instant.
+        spread = self._throttled[(spec.name, key)]
+        self._throttled[(spec.name, key)] += 1
+        at = rules.earliest_start(rate, numbers.burst, partition.tat, self.now) + timedelta(
+            seconds=spread * rate.interval
+        )
+        label = held_by(spec.name, key)
+        state = run.state if run.state in (RunState.PENDING, RunState.RETRYING) else RunState.PENDING
+        Run.objects.filter(pk=run.pk).update(
+            state=state, available_at=at, held_by=label, lease_owner="", lease_expires_at=None, updated_at=self.now
+        )
+        if run.held_by != label:  # once per wait, not once per claim
+            self.events.append(
+                events.NewEvent(
+                    run_id=run.pk,
+                    event_type=EventType.THROTTLED,
+                    now=self.now,
+                    attempt=run.attempts,
+                    message=f"rate {rate} of limit {spec.name}{partition_label(key)}: next start at {iso_utc(at)}",
+                )
+            )
+        return Verdict.HELD
+
+
+def _room_to_prefetch(numbers: rules.Numbers, used: int, total_used: int) -> bool:
+    """Whether a limited run may wait prefetched: only under concurrency caps that stay at most
+    half full with it, and no rate or per-worker cap."""
+    if numbers.rate is not None or numbers.local is not None:
+        return False
+    caps = [(numbers.concurrency, used), (numbers.total, total_used)]
+    bounded = [(cap, n) for cap, n in caps if cap is not None]
+    return bool(bounded) and all(n + 1 <= cap // 2 for cap, n in bounded)
+
+
+# -- release ----------------------------------------------------------------------------------
+
+
+def release(run_ids: Collection[int], *, now: datetime, replaced: Collection[int] = ()) -> list[int]:
+    """In the transaction that ended these runs' attempts (they no longer hold a lease): free
+    their slots and let blocked runs through; ``replaced`` are those of them with a cancel
+    request, whose replacements (overlap=replace) may now start. Returns the runs let through.
+    No query at all while no limit is declared and no run was replaced."""
+    through: list[int] = []
+    if run_ids and rules.declared():
+        holds = LimitHold.objects.filter(run_id__in=list(run_ids))
+        pairs = sorted(set(holds.values_list("limit", "key")))
+        if pairs:
+            holds.delete()
+            for limit, key in pairs:
+                through += let_through(limit, key, now=now)
+    if replaced:
+        from . import replacement
+
+        through += replacement.release_replacements(list(replaced), now)
+    return through
+
+
+def _blocked(limit: str, key: str | None = None):
+    qs = Run.objects.filter(state=RunState.BLOCKED)
+    if key is not None:
+        return qs.filter(held_by=held_by(limit, key))
+    prefix = f"{PREFIX}{limit}:"
+    return qs.filter(held_by__gte=prefix, held_by__lt=prefix[:-1] + ";")
+
+
+def let_through(limit: str, key: str, *, now: datetime) -> list[int]:
+    """Blocked runs of the limit's partition made pending, as many as its free slots (for a
+    ``total``, of the partitions chosen by ``fair`` or by age), under the partition lock."""
+    spec = rules.declared().get(limit)
+    order = ("-priority", "available_at", "id")
+    if spec is None:  # a limit no longer declared holds nothing back
+        return _unblock(
+            list(_blocked(limit).order_by(*order)[:MAX_RELEASE]), now, f"limit {limit} is no longer declared"
+        )
+    override = active_overrides(now).get(limit)
+    if spec.numbers.total is not None:
+        _lock_limit(limit)
+    _lock_partition(limit, key)
+    numbers = spec.numbers_for(key, override)
+    if numbers.paused:
+        return []
+    if numbers.total is None:
+        free = MAX_RELEASE if numbers.concurrency is None else numbers.concurrency - in_use(limit, now, key=key)
+        if free <= 0:
+            return []
+        runs = list(_blocked(limit, key).order_by(*order)[:free])
+        return _unblock(runs, now, f"a slot of limit {limit}{partition_label(key)} freed")
+    free = numbers.total - in_use(limit, now)
+    if free <= 0:
+        return []
+    if not spec.fair:  # the oldest blocked runs of the limit whose own partition has room
+        runs, used = [], {}
+        for run in _blocked(limit).order_by(*order)[:MAX_RELEASE].iterator():
+            if len(runs) >= free:
+                break
+            other = (parse_held_by(run.held_by) or (limit, ""))[1]
+            cap = spec.numbers_for(other, override).concurrency
+            if other not in used:
+                used[other] = in_use(limit, now, key=other)
+            if cap is None or used[other] < cap:
+                used[other] += 1
+                runs.append(run)
+        return _unblock(runs, now, f"a slot of limit {limit} freed")
+    chosen: list[Run] = []
+    partitions = LimitPartition.objects.filter(limit=limit).order_by(F("last_admitted_at").asc(nulls_first=True), "key")
+    for other in partitions.values_list("key", flat=True).iterator():
+        if len(chosen) >= free:
+            break
+        cap = spec.numbers_for(other, override).concurrency
+        if cap is not None and in_use(limit, now, key=other) >= cap:
+            continue
+        run = _blocked(limit, other).order_by(*order).first()
+        if run is not None:
+            chosen.append(run)
+    return _unblock(chosen, now, f"a slot of limit {limit} freed (fair: partition admitted least recently)")
+
+
+def _unblock(runs: list[Run], now: datetime, why: str) -> list[int]:
+    if not runs:
+        return []
+    ids = [r.pk for r in runs]
+    Run.objects.filter(pk__in=ids, state=RunState.BLOCKED).update(
+        state=RunState.PENDING, held_by="", available_at=now, updated_at=now
+    )
+    events.record_many(
+        events.NewEvent(run_id=r.pk, event_type=EventType.UNBLOCKED, now=now, attempt=r.attempts, message=why)
+        for r in runs
+    )
+    notify.notify(r.queue for r in runs)
+    return ids
+
+
+# -- the sweep ----------------------------------------------------------------------------------
+
+
+SWEEP_SECONDS = 5.0
+
+
+def sweep(now: datetime) -> int:
+    """Let through whatever a missed release left blocked, end expired overrides, drop holds of
+    runs that no longer hold a lease. One transaction per partition; returns runs let through."""
+    from . import limit_overrides, replacement
+
+    through = limit_overrides.expire(now)
+    labels = list(Run.objects.filter(state=RunState.BLOCKED).order_by().values_list("held_by", flat=True).distinct())
+    for label in labels:
+        parsed = parse_held_by(label)
+        if parsed is None:
+            continue
+        with transaction.atomic():
+            through += len(let_through(*parsed, now=now))
+    with transaction.atomic():
+        # Holds of runs that no longer hold that attempt's lease (a release missed while no limit
+        # was declared): they never count, but would linger.
+        stale = ~Q(run__state__in=list(LEASED_STATES)) | ~Q(run__attempts=F("attempt"))
+        LimitHold.objects.filter(
+            pk__in=list(LimitHold.objects.filter(stale).values_list("pk", flat=True)[:10_000])
+        ).delete()
+    if any(not label.startswith(PREFIX) for label in labels):
+        with transaction.atomic():
+            through += replacement.sweep_replacements(now)
+    return through
+
+
+def let_all_through(limit: str, now: datetime) -> int:
+    """Every partition of the limit with blocked runs, re-examined (a limit's numbers changed)."""
+    keys = set(_blocked(limit).order_by().values_list("held_by", flat=True).distinct())
+    count = 0
+    for label in sorted(keys):
+        parsed = parse_held_by(label)
+        if parsed is not None:
+            count += len(let_through(*parsed, now=now))
+    return count
+
+
+def blocked_counts() -> dict[str, int]:
+    """Blocked runs per limit (one grouped query)."""
+    out: Counter[str] = Counter()
+    rows = Run.objects.filter(state=RunState.BLOCKED, held_by__startswith=PREFIX).order_by().values_list("held_by")
+    for label, n in rows.annotate(n=Count("id")).values_list("held_by", "n"):
+        parsed = parse_held_by(label)
+        if parsed is not None:
+            out[parsed[0]] += n
+    return dict(out)
