@@ -52,6 +52,9 @@ class LimitPartition(models.Model):
     key = models.CharField(max_length=200)
     tat = models.DateTimeField(null=True, blank=True)
     last_admitted_at = models.DateTimeField(null=True, blank=True)
+    # When a release last let blocked runs through: the sweep leaves the partition alone for a
+    # while after, since those runs are pending, not yet claimed (else it would let more through).
+    released_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["limit", "key"]
@@ -71,6 +74,9 @@ class LimitHold(models.Model):
     key = models.CharField(max_length=200)
     attempt = models.PositiveIntegerField()
     worker_id = models.CharField(max_length=200)
+    # Admitted while the limit was more than half full (or under a total or a rate): its release
+    # takes the partition's lock even when no blocked run is visible yet (``limits.release``).
+    tight = models.BooleanField(default=True)
 
     class Meta:
         default_permissions = ("view",)

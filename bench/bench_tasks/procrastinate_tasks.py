@@ -9,3 +9,9 @@ from .latency_record import record
 @app.task(name="latency_probe", queue="default")
 def latency_probe(key: str) -> None:
     record(key)
+
+
+@app.task(name="noop", queue="default")
+def noop() -> None:
+    """``bench/peers.py``'s benchmarked no-op."""
+    return None

@@ -253,6 +253,8 @@ def _admitted(
         if not held_back:
             break
     gate.finish()
+    for run in admitted:
+        run.limit_tight = run.pk in gate.tight  # type: ignore[attr-defined]  # read by the worker's recorder
     first = set(gate.limited)
     return [r for r in admitted if r.pk in first] + [r for r in admitted if r.pk not in first]
 

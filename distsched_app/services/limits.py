@@ -5,11 +5,11 @@ applies them, in the claim's transaction and the transactions that end a holder.
 
 - **Admission** (``Gate``, used by ``claiming.claim_runs`` for every candidate): a run under
   limits starts only if every one admits it. Each limit's partition row (``LimitPartition``;
-  and the limit's row for a ``total``) is locked ``FOR UPDATE SKIP LOCKED``, so racing
-  claimers admit into one partition one at a time (SQLite's claim already holds the write
-  lock); a claimer that finds it held leaves the run pending for its next claim instead of
-  waiting, so claims never wait on each other. Releases do wait for the lock (they must not
-  miss a blocked run), and take partitions in name order. Occupancy is counted, under that
+  and the limit's row for a ``total``) is locked ``FOR UPDATE``, so racing claimers admit into
+  one partition one at a time (SQLite's claim already holds the write lock). A claim waits at
+  most ``CLAIM_LOCK_TIMEOUT_MS`` for it, then leaves the run pending for its next claim, so no
+  lock-order cycle can deadlock. Releases wait for the lock (they must not miss a blocked run),
+  and take partitions in name order. Occupancy is counted, under that
   lock, from the runs themselves: the ``LimitHold`` rows of runs still leased or running at
   the admitted attempt with a live lease. A dead worker's slot frees when its lease expires;
   nothing else expires and nothing is a counter.
@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import Count, F, Q
 
 from ..clock import iso_utc
@@ -106,27 +106,55 @@ def holders(limit: str, key: str | None, now: datetime) -> list[int]:
     return sorted(qs.values_list("run_id", flat=True))
 
 
-def _lock_partition(limit: str, key: str, *, skip: bool = False) -> LimitPartition | None:
-    """The partition's row, locked until COMMIT (created on first use). ``skip``: None when another
-    transaction holds it (a claim never waits on a partition: it leaves the run for its next claim)."""
-    lock = locks.skip_locked if skip else locks.row_locked
-    qs = lock(LimitPartition.objects.filter(limit=limit, key=key))
+def _lock_partition(limit: str, key: str) -> LimitPartition:
+    """The partition's row, locked until COMMIT (``FOR UPDATE``; created on first use)."""
+    qs = locks.row_locked(LimitPartition.objects.filter(limit=limit, key=key))
     row = qs.first()
     if row is None:
         LimitPartition.objects.bulk_create([LimitPartition(limit=limit, key=key)], ignore_conflicts=True)
-        row = qs.first()
+        row = qs.get()
     return row
 
 
-def _lock_limit(name: str, *, skip: bool = False) -> bool:
-    """The limit's own row, locked (admissions under a ``total`` serialise on it); False when
-    ``skip`` and another transaction holds it."""
-    lock = locks.skip_locked if skip else locks.row_locked
-    qs = lock(Limit.objects.filter(name=name))
-    if list(qs.values_list("name", flat=True)):
-        return True
-    Limit.objects.bulk_create([Limit(name=name)], ignore_conflicts=True)
-    return bool(list(qs.values_list("name", flat=True)))
+def _lock_limit(name: str) -> bool:
+    """The limit's own row, locked until COMMIT: admissions under a ``total`` serialise on it."""
+    qs = locks.row_locked(Limit.objects.filter(name=name))
+    if not list(qs.values_list("name", flat=True)):
+        Limit.objects.bulk_create([Limit(name=name)], ignore_conflicts=True)
+        list(qs.values_list("name", flat=True))
+    return True
+
+
+# A claim waits this long at most for a partition another transaction holds (PostgreSQL's
+# lock_timeout, below its deadlock_timeout of 1 s), then leaves the run for its next claim: claims
+# queue briefly behind each other on a hot partition, and a claim that locks partitions in an
+# order another transaction does not can never deadlock with it.
+CLAIM_LOCK_TIMEOUT_MS = 200
+LOCK_NOT_AVAILABLE = "55P03"
+
+T = TypeVar("T")
+
+
+def _bounded(lock: Callable[[], T]) -> T | None:
+    """``lock()`` in a savepoint, None if it timed out waiting (the claim carries on without it)."""
+    if not connection.features.has_select_for_update:
+        return lock()  # SQLite: the claim holds the write lock; nothing to wait for
+    try:
+        with transaction.atomic():
+            return lock()
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+            return None
+        raise
+
+
+def _claim_lock_timeout(on: bool) -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            if on:
+                cursor.execute(f"SET LOCAL lock_timeout = '{CLAIM_LOCK_TIMEOUT_MS}ms'")
+            else:
+                cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
 
 
 @dataclass
@@ -155,12 +183,17 @@ class Gate:
         self.worker_id = worker_id
         self.slots = slots
         self.limited: list[int] = []  # ids of limited runs admitted, in order
+        # Of those, the ones whose limit is nearly full (or has a total or a rate): their worker
+        # writes their outcome at once, so their slot frees now, not with the next batch.
+        self.tight: set[int] = set()
         self.events: list[events.NewEvent] = []
         self._overrides: dict[str, dict[str, Any]] | None = None
         self._partitions: dict[tuple[str, str], _Partition | None] = {}
         self._totals: dict[str, int | None] = {}  # limit -> holders in all partitions (None: locked elsewhere)
         self._local: Counter[str] = Counter()
         self._holds: list[LimitHold] = []
+        self._again: list[int] = []
+        self._bounded = False  # the claim's lock_timeout is set (PostgreSQL)
         self._throttled: Counter[tuple[str, str]] = Counter()
 
     def overrides(self) -> dict[str, dict[str, Any]]:
@@ -168,18 +201,34 @@ class Gate:
             self._overrides = active_overrides(self.now)
         return self._overrides
 
-    def _partition(self, limit: str, key: str) -> _Partition | None:
+    def _partition(self, limit: str, key: str, *, stateful: bool) -> _Partition | None:
+        """The partition, locked and counted once per claim. Its row is read only where it is a
+        lock (PostgreSQL) or holds state this admission needs (a rate's, or fairness's);
+        ``stateful`` says the latter. SQLite's claim holds the write lock: no row to lock."""
         if (limit, key) not in self._partitions:
-            # Never wait for another claimer's lock (no convoy on a hot partition, no lock-order
-            # cycle between claimers): the run is left for this worker's next claim.
-            row = _lock_partition(limit, key, skip=True)
+            if stateful or connection.features.has_select_for_update:
+                # Free (the usual case): one statement. Held by another transaction, or not there
+                # yet: wait a bounded time for it.
+                row = locks.skip_locked(LimitPartition.objects.filter(limit=limit, key=key)).first()
+                if row is None:
+                    self._bound_waits()
+                    row = _bounded(lambda: _lock_partition(limit, key))
+            else:
+                row = LimitPartition(limit=limit, key=key)
             self._partitions[(limit, key)] = None if row is None else _Partition(row, in_use(limit, self.now, key=key))
         return self._partitions[(limit, key)]
 
     def _total(self, limit: str) -> int | None:
         if limit not in self._totals:
-            self._totals[limit] = in_use(limit, self.now) if _lock_limit(limit, skip=True) else None
+            self._bound_waits()
+            locked = _bounded(lambda: _lock_limit(limit))
+            self._totals[limit] = in_use(limit, self.now) if locked else None
         return self._totals[limit]
+
+    def _bound_waits(self) -> None:
+        if not self._bounded:
+            _claim_lock_timeout(True)
+            self._bounded = True
 
     def pairs(self, run: Run) -> list[tuple[rules.LimitSpec, str]]:
         """The (limit, partition) pairs the run is under, its keys computed once and stored."""
@@ -202,7 +251,8 @@ class Gate:
                     key = ""
                 if key is None:
                     continue  # exempt
-                keys[spec.name], changed = key, True
+                if spec.partition_by:  # an unpartitioned limit's key is always "": nothing to keep
+                    keys[spec.name], changed = key, True
             out.append((spec, key))
         if changed:
             run.limit_keys = keys
@@ -215,12 +265,14 @@ class Gate:
             return Verdict.ADMIT
         extra = len(self.limited) >= self.slots  # it would wait prefetched
         taken: list[tuple[rules.LimitSpec, str, _Partition, rules.Numbers]] = []
+        roomy = True  # every limit of the run at most half full with it (no rate, no local cap)
         for spec, key in pairs:
-            total_used = self._total(spec.name) if spec.numbers.total is not None else 0
-            partition = self._partition(spec.name, key) if total_used is not None else None
-            if partition is None:
-                return Verdict.LATER
             numbers = spec.numbers_for(key, self.overrides().get(spec.name))
+            total_used = self._total(spec.name) if spec.numbers.total is not None else 0
+            stateful = numbers.rate is not None or spec.fair
+            partition = self._partition(spec.name, key, stateful=stateful) if total_used is not None else None
+            if partition is None or (stateful and partition.row.pk is None):
+                return Verdict.LATER
             if numbers.paused:
                 return self._block(run, spec, key, f"limit {spec.name} is paused by an operator")
             used = partition.used + partition.admitted
@@ -230,8 +282,10 @@ class Gate:
             if numbers.total is not None and (total_used or 0) >= numbers.total:
                 why = f"limit {spec.name} is full in all partitions ({total_used}/{numbers.total} running)"
                 return self._block(run, spec, key, why)
-            if extra and not _room_to_prefetch(numbers, used, total_used or 0):
+            room = _room_to_prefetch(numbers, used, total_used or 0)
+            if extra and not room:
                 return Verdict.LATER
+            roomy = roomy and room
             if numbers.local is not None:
                 mine = in_use(spec.name, self.now, worker_id=self.worker_id) + self._local[spec.name]
                 if mine >= numbers.local:
@@ -243,7 +297,7 @@ class Gate:
             taken.append((spec, key, partition, numbers))
         for spec, key, partition, numbers in taken:
             partition.admitted += 1
-            partition.dirty = True
+            partition.dirty = partition.row.pk is not None
             partition.row.last_admitted_at = self.now
             if numbers.rate is not None:
                 partition.row.tat = rules.next_tat(numbers.rate, partition.row.tat, self.now)
@@ -253,7 +307,13 @@ class Gate:
             self._holds.append(
                 LimitHold(run_id=run.pk, limit=spec.name, key=key, attempt=run.attempts + 1, worker_id=self.worker_id)
             )
+        if run.attempts:
+            self._again.append(run.pk)  # a retry or a re-run: its earlier attempt's holds are replaced
         self.limited.append(run.pk)
+        if not roomy:
+            self.tight.add(run.pk)
+        for hold in self._holds[-len(taken) :]:
+            hold.tight = not roomy
         return Verdict.ADMIT
 
     def finish(self) -> None:
@@ -264,8 +324,11 @@ class Gate:
                 LimitPartition.objects.filter(pk=partition.row.pk).update(
                     tat=partition.row.tat, last_admitted_at=partition.row.last_admitted_at
                 )
+        if self._bounded:
+            _claim_lock_timeout(False)
+        if self._again:
+            LimitHold.objects.filter(run_id__in=self._again).delete()
         if self._holds:
-            LimitHold.objects.filter(run_id__in=self.limited).delete()
             LimitHold.objects.bulk_create(self._holds)
 
     def _block(self, run: Run, spec: rules.LimitSpec, key: str, why: str) -> Verdict:
@@ -337,17 +400,39 @@ def release(run_ids: Collection[int], *, now: datetime, replaced: Collection[int
     No query at all while no limit is declared and no run was replaced."""
     through: list[int] = []
     if run_ids and rules.declared():
-        holds = LimitHold.objects.filter(run_id__in=list(run_ids))
-        pairs = sorted(set(holds.values_list("limit", "key")))
-        if pairs:
-            holds.delete()
-            for limit, key in pairs:
-                through += let_through(limit, key, now=now)
+        for (limit, key), (freed, tight) in _delete_holds(run_ids):
+            # Slots of a limit that was at most half full when they were taken: nothing can be
+            # blocked behind them unless it filled up since, and then blocked runs are there to
+            # see. Only then is the partition locked (a run blocked in the same instant, not yet
+            # committed, is the sweep's).
+            if tight or _blocked_in(limit, key):
+                through += let_through(limit, key, now=now, at_most=freed)
     if replaced:
         from . import replacement
 
         through += replacement.release_replacements(list(replaced), now)
     return through
+
+
+def _delete_holds(run_ids: Collection[int]) -> list[tuple[tuple[str, str], tuple[int, bool]]]:
+    """Delete the runs' holds; the (limit, key) pairs they held with how many slots each freed and
+    whether any was tight, sorted (the order releases lock partitions in). One statement."""
+    table = connection.ops.quote_name(LimitHold._meta.db_table)
+    ids = list(run_ids)
+    sql = f'DELETE FROM {table} WHERE run_id IN ({", ".join(["%s"] * len(ids))}) RETURNING "limit", "key", "tight"'  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, ids)
+        freed: dict[tuple[str, str], tuple[int, bool]] = {}
+        for limit, key, tight in cursor.fetchall():
+            n, any_tight = freed.get((limit, key), (0, False))
+            freed[(limit, key)] = (n + 1, any_tight or bool(tight))
+        return sorted(freed.items())
+
+
+def _blocked_in(limit: str, key: str) -> bool:
+    """Whether the partition (or, under a total, the limit) has blocked runs: one probe of their index."""
+    spec = rules.declared().get(limit)
+    return (_blocked(limit) if spec is None or spec.numbers.total is not None else _blocked(limit, key)).exists()
 
 
 def _blocked(limit: str, key: str | None = None):
@@ -358,29 +443,64 @@ def _blocked(limit: str, key: str | None = None):
     return qs.filter(held_by__gte=prefix, held_by__lt=prefix[:-1] + ";")
 
 
-def let_through(limit: str, key: str, *, now: datetime) -> list[int]:
+def let_through(limit: str, key: str, *, now: datetime, at_most: int | None = None, sweep: bool = False) -> list[int]:
     """Blocked runs of the limit's partition made pending, as many as its free slots (for a
-    ``total``, of the partitions chosen by ``fair`` or by age), under the partition lock."""
+    ``total``, of the partitions chosen by ``fair`` or by age), under the partition lock.
+
+    A release passes ``at_most``, the slots its runs freed: runs it lets through stay pending
+    until claimed, so counting free slots alone would let a later release (or the sweep) through
+    more than freed. The ``sweep`` leaves a partition alone for ``SWEEP_SECONDS`` after a release
+    let runs through."""
     spec = rules.declared().get(limit)
     order = ("-priority", "available_at", "id")
     if spec is None:  # a limit no longer declared holds nothing back
         return _unblock(
             list(_blocked(limit).order_by(*order)[:MAX_RELEASE]), now, f"limit {limit} is no longer declared"
         )
+    if connection.features.has_select_for_update or sweep:  # SQLite: the write lock serialises already
+        if spec.numbers.total is not None:
+            _lock_limit(limit)
+        partition = _lock_partition(limit, key)
+        if (
+            sweep
+            and partition.released_at is not None
+            and partition.released_at > now - timedelta(seconds=SWEEP_SECONDS)
+        ):
+            return []
+    # Under the lock (a claim blocks a run only while holding it): nothing blocked, nothing to do.
+    if not (_blocked(limit) if spec.numbers.total is not None else _blocked(limit, key)).exists():
+        return []
     override = active_overrides(now).get(limit)
-    if spec.numbers.total is not None:
-        _lock_limit(limit)
-    _lock_partition(limit, key)
     numbers = spec.numbers_for(key, override)
     if numbers.paused:
         return []
+    through = _let_through(spec, key, numbers, override, now=now, at_most=at_most)
+    if through and not LimitPartition.objects.filter(limit=limit, key=key).update(released_at=now):
+        LimitPartition.objects.bulk_create(
+            [LimitPartition(limit=limit, key=key, released_at=now)], ignore_conflicts=True
+        )
+    return through
+
+
+def _let_through(
+    spec: rules.LimitSpec,
+    key: str,
+    numbers: rules.Numbers,
+    override: dict[str, Any] | None,
+    *,
+    now: datetime,
+    at_most: int | None,
+) -> list[int]:
+    limit, order = spec.name, ("-priority", "available_at", "id")
     if numbers.total is None:
         free = MAX_RELEASE if numbers.concurrency is None else numbers.concurrency - in_use(limit, now, key=key)
+        free = free if at_most is None else min(free, at_most)
         if free <= 0:
             return []
         runs = list(_blocked(limit, key).order_by(*order)[:free])
         return _unblock(runs, now, f"a slot of limit {limit}{partition_label(key)} freed")
     free = numbers.total - in_use(limit, now)
+    free = free if at_most is None else min(free, at_most)
     if free <= 0:
         return []
     if not spec.fair:  # the oldest blocked runs of the limit whose own partition has room
@@ -443,7 +563,7 @@ def sweep(now: datetime) -> int:
         if parsed is None:
             continue
         with transaction.atomic():
-            through += len(let_through(*parsed, now=now))
+            through += len(let_through(*parsed, now=now, sweep=True))
     with transaction.atomic():
         # Holds of runs that no longer hold that attempt's lease (a release missed while no limit
         # was declared): they never count, but would linger.

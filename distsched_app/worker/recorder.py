@@ -88,9 +88,9 @@ class Recorder:
                 self._first_pending_at = time.monotonic()
             self._pending.append(attempt)
         state = RunState.SUCCEEDED.value
-        # A run under a limit holds a slot until its success is written: write it now, so the
-        # slot (and the blocked run waiting for it) is not held up by the batching.
-        if flush or attempt.run.limit_keys:
+        # A run under a nearly full limit holds a slot others may wait for until its success is
+        # written: write it now, not with the next batch (``limits.Gate.tight``).
+        if flush or getattr(attempt.run, "limit_tight", False):
             lost = self.flush()
             state = None if lost is None or attempt.run_id in lost else state
         return Execution(run_id=attempt.run_id, attempt=attempt.number, state=state, duration=attempt.duration)

@@ -377,3 +377,18 @@ def test_a_total_without_fair_lets_through_a_run_whose_partition_has_room(declar
     succeed(Run.objects.get(pk=y1.pk), clock)
     assert (state(x2), state(y2)) == (RunState.BLOCKED, RunState.PENDING)  # x is still full
     assert [r.pk for r in claim(clock, "w2", limit=4, start_all=True)] == [y2.pk]
+
+
+def test_a_release_lets_through_one_run_per_freed_slot_and_the_sweep_does_not_add_another(declare, clock):
+    declare({"one": {"task": "tests.echo", "concurrency": 1}})
+    holder = add()
+    claim(clock)
+    low, high = add(at=T0 + timedelta(seconds=1)), add(at=T0 + timedelta(seconds=2), queue="hold")
+    Run.objects.filter(pk=high.pk).update(priority=10)
+    clock.advance(3)
+    claim(clock, "w2", limit=2, start_all=True)
+    assert (state(low), state(high)) == (RunState.BLOCKED, RunState.BLOCKED)
+    succeed(Run.objects.get(pk=holder.pk), clock)
+    assert (state(low), state(high)) == (RunState.BLOCKED, RunState.PENDING)  # the higher priority first
+    assert limits.sweep(clock.now()) == 0  # high is pending, not claimed yet: the slot is spoken for
+    assert state(low) == RunState.BLOCKED
