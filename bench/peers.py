@@ -30,7 +30,7 @@ apps: same database, same tuning). Per repetition (``--repeat``, 2), per worker 
 machine is shared and noisy) runs one leg:
 
 1. its tables emptied; ``--jobs`` (10,000) no-op jobs enqueued by one fresh process, one
-   call per job, each its own transaction (autocommit), each call timed:
+   call per job, each its own transaction (autocommit), each call but the first (a warm-up) timed:
    **ms per enqueue** (median of the calls; mean too), SQL statements and new
    connections per enqueue (counted through Django's cursor; the raw loop's is one
    ``INSERT`` by construction); then ``ANALYZE``;

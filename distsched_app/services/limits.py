@@ -268,7 +268,7 @@ class Gate:
         roomy = True  # every limit of the run at most half full with it (no rate, no local cap)
         for spec, key in pairs:
             numbers = spec.numbers_for(key, self.overrides().get(spec.name))
-            total_used = self._total(spec.name) if spec.numbers.total is not None else 0
+            total_used = self._total(spec.name) if numbers.total is not None else 0  # an override may set one
             stateful = numbers.rate is not None or spec.fair
             partition = self._partition(spec.name, key, stateful=stateful) if total_used is not None else None
             if partition is None or (stateful and partition.row.pk is None):
@@ -297,11 +297,12 @@ class Gate:
             taken.append((spec, key, partition, numbers))
         for spec, key, partition, numbers in taken:
             partition.admitted += 1
-            partition.dirty = partition.row.pk is not None
+            # The row's state is read by rates (tat) and fairness (last admission) only.
+            partition.dirty = partition.row.pk is not None and (numbers.rate is not None or spec.fair)
             partition.row.last_admitted_at = self.now
             if numbers.rate is not None:
                 partition.row.tat = rules.next_tat(numbers.rate, partition.row.tat, self.now)
-            if spec.numbers.total is not None:
+            if numbers.total is not None:
                 self._totals[spec.name] = (self._totals[spec.name] or 0) + 1
             self._local[spec.name] += 1
             self._holds.append(
@@ -430,9 +431,8 @@ def _delete_holds(run_ids: Collection[int]) -> list[tuple[tuple[str, str], tuple
 
 
 def _blocked_in(limit: str, key: str) -> bool:
-    """Whether the partition (or, under a total, the limit) has blocked runs: one probe of their index."""
-    spec = rules.declared().get(limit)
-    return (_blocked(limit) if spec is None or spec.numbers.total is not None else _blocked(limit, key)).exists()
+    """Whether the limit has blocked runs (any partition: a superset is safe): one index probe."""
+    return _blocked(limit).exists()  # the whole limit: a total (declared or overridden) spans partitions
 
 
 def _blocked(limit: str, key: str | None = None):
@@ -457,8 +457,10 @@ def let_through(limit: str, key: str, *, now: datetime, at_most: int | None = No
         return _unblock(
             list(_blocked(limit).order_by(*order)[:MAX_RELEASE]), now, f"limit {limit} is no longer declared"
         )
+    override = active_overrides(now).get(limit)
+    numbers = spec.numbers_for(key, override)
     if connection.features.has_select_for_update or sweep:  # SQLite: the write lock serialises already
-        if spec.numbers.total is not None:
+        if numbers.total is not None:
             _lock_limit(limit)
         partition = _lock_partition(limit, key)
         if (
@@ -468,10 +470,8 @@ def let_through(limit: str, key: str, *, now: datetime, at_most: int | None = No
         ):
             return []
     # Under the lock (a claim blocks a run only while holding it): nothing blocked, nothing to do.
-    if not (_blocked(limit) if spec.numbers.total is not None else _blocked(limit, key)).exists():
+    if not (_blocked(limit) if numbers.total is not None else _blocked(limit, key)).exists():
         return []
-    override = active_overrides(now).get(limit)
-    numbers = spec.numbers_for(key, override)
     if numbers.paused:
         return []
     through = _let_through(spec, key, numbers, override, now=now, at_most=at_most)

@@ -392,3 +392,12 @@ def test_a_release_lets_through_one_run_per_freed_slot_and_the_sweep_does_not_ad
     assert (state(low), state(high)) == (RunState.BLOCKED, RunState.PENDING)  # the higher priority first
     assert limits.sweep(clock.now()) == 0  # high is pending, not claimed yet: the slot is spoken for
     assert state(low) == RunState.BLOCKED
+
+
+def test_an_override_that_sets_a_total_is_enforced(declare, clock):
+    declare({"t": {"task": "tests.echo", "concurrency": 5, "partition_by": ["tenant"]}})
+    runs = [add(tenant=f"t{i}", at=T0 + timedelta(seconds=i)) for i in range(3)]
+    limit_overrides.set_override("t", {"total": 1}, now=clock.now(), by="user:ops")
+    clock.advance(5)
+    assert len(claim(clock, limit=3, start_all=True)) == 1
+    assert sorted(state(r) for r in runs) == [RunState.BLOCKED, RunState.BLOCKED, RunState.RUNNING]
