@@ -11,6 +11,8 @@ from django.db.models.expressions import Col
 from .text import StorableJSONDecoder
 
 _decode = StorableJSONDecoder().decode
+# The values most rows hold (no args, no kwargs), made without the decoder: a fresh object each.
+_EMPTY: dict[str, Any] = {"[]": list, "{}": dict}
 
 
 class StorableJSONField(models.JSONField):
@@ -43,6 +45,9 @@ class StorableJSONField(models.JSONField):
         ``json.loads(cls=...)`` builds a decoder for every value. Key lookups go Django's way."""
         if value is None or not isinstance(value, str) or type(expression) is not Col:
             return super().from_db_value(value, expression, connection)
+        empty = _EMPTY.get(value)
+        if empty is not None:
+            return empty()
         try:
             return _decode(value)
         except json.JSONDecodeError:

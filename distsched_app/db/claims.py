@@ -12,19 +12,27 @@ their ``claimed`` (and ``started``) events, and return the runs with their
 schedules. The rules are ``claim_runs``'; only the number of round trips differs.
 Expired leases are not looked at here (``claim_runs`` does that, about once a
 second).
+
+SQLite has no data-modifying CTEs; there the same claim is three prepared statements under
+the write lock ``BEGIN IMMEDIATE`` takes (read the due runs with their schedules, mark them,
+append the events), written once per shape: through the ORM, building the statements cost
+more than SQLite took to run them.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
-from django.db import connection
+from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import Field, Model
 
 from ..models import WAITING_STATES, EventType, Run, RunEvent, RunState, Schedule, not_paused_sql
+from . import bulk
 
 
 def _q(name: str) -> str:
@@ -61,7 +69,8 @@ def _claim_sql(queues: int, excluded: int = 0) -> str:
         f"state = CASE WHEN ranked.n <= %(started)s THEN '{RunState.RUNNING.value}' "
         f"ELSE '{RunState.LEASED.value}' END, "
         "lease_owner = %(owner)s, lease_expires_at = %(expires)s, attempts = r.attempts + 1, "
-        "started_at = CASE WHEN ranked.n <= %(started)s THEN %(now)s ELSE r.started_at END, updated_at = %(now)s "
+        "started_at = CASE WHEN ranked.n <= %(started)s THEN %(now)s ELSE r.started_at END, updated_at = %(now)s, "
+        "held_by = '' "
         "FROM ranked WHERE r.id = ranked.id RETURNING r.*, ranked.n AS claim_order), "
         f"logged AS (INSERT INTO {events} (run_id, event_type, message, worker_id, attempt, created_at) "
         f"SELECT id, '{EventType.CLAIMED.value}', '', %(owner)s, attempts, %(now)s FROM "
@@ -73,24 +82,127 @@ def _claim_sql(queues: int, excluded: int = 0) -> str:
     )
 
 
+def _sqlite_utc_datetime(value: Any, expression: Any, connection: Any) -> Any:
+    """What Django's SQLite converter makes of a stored UTC timestamp (text), without its
+    general parsing: a claim reads several per run."""
+    if isinstance(value, datetime) and value.tzinfo is None:  # sqlite3's own converter read it
+        return value.replace(tzinfo=UTC)
+    if isinstance(value, str):
+        return datetime.fromisoformat(value).replace(tzinfo=UTC)
+    return connection.ops.convert_datetimefield_value(value, expression, connection)
+
+
 @cache
 def _converters(model: type[Model]) -> list[tuple[str, list[Any], Any]]:
     """Per column: its attribute name, the converters Django applies when it reads it, the column expression."""
+    utc = connection.vendor == "sqlite" and settings.USE_TZ and connection.timezone_name == "UTC"
     out = []
     for f in _columns(model):
         col = f.get_col(model._meta.db_table)
-        out.append((f.attname, connection.ops.get_db_converters(col) + col.get_db_converters(connection), col))
+        converters = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+        if utc and f.get_internal_type() == "DateTimeField" and len(converters) == 1:
+            converters = [_sqlite_utc_datetime]
+        out.append((f.attname, converters, col))
     return out
 
 
 def _instance(model: type[Model], values: Sequence[Any]) -> Any:
     names, converted = [], []
     for (name, converters, col), value in zip(_converters(model), values, strict=True):
-        for convert in converters:
-            value = convert(value, col, connection)
+        if value is not None:  # every converter of these models keeps NULL as None
+            for convert in converters:
+                value = convert(value, col, connection)
         names.append(name)
         converted.append(value)
     return model.from_db(connection.alias, names, converted)
+
+
+@cache
+def _sqlite_claim_sql(queues: int, excluded: int = 0) -> tuple[str, str]:
+    """SQLite: the select of the due runs (with their schedules) and the update that claims them,
+    for a worker of ``queues`` queues (0: any) that may not take runs of ``excluded`` tasks."""
+    runs, schedules = _q(Run._meta.db_table), _q(Schedule._meta.db_table)
+    # Literals, so that SQLite sees the partial claim index's predicate (see models._literal_states).
+    waiting = ", ".join(f"'{s}'" for s in WAITING_STATES)
+    where = f"c.state IN ({waiting}) AND c.available_at <= %s"
+    if queues:
+        where += f" AND c.queue IN ({', '.join(['%s'] * queues)})"
+    where += f" AND {not_paused_sql('c.queue')}"
+    if excluded:
+        where += f" AND c.task_name NOT IN ({', '.join(['%s'] * excluded)})"
+    run_cols = ", ".join(f"c.{_q(f.column)}" for f in _columns(Run))
+    schedule_cols = ", ".join(f"s.{_q(f.column)}" for f in _columns(Schedule))
+    select = (
+        f"SELECT {run_cols}, {schedule_cols} FROM {runs} AS c LEFT JOIN {schedules} AS s "  # noqa: S608
+        f"ON s.id = c.schedule_id WHERE {where} ORDER BY c.priority DESC, c.available_at, c.id LIMIT %s"
+    )
+    # The ids come as JSON arrays: one statement text whatever the batch (SQLite caches it prepared).
+    started = "id IN (SELECT value FROM json_each(%s))"
+    update = (
+        f"UPDATE {runs} SET state = CASE WHEN {started} THEN '{RunState.RUNNING.value}' "  # noqa: S608
+        f"ELSE '{RunState.LEASED.value}' END, lease_owner = %s, lease_expires_at = %s, attempts = attempts + 1, "
+        f"started_at = CASE WHEN {started} THEN %s ELSE started_at END, updated_at = %s, held_by = '' "
+        "WHERE id IN (SELECT value FROM json_each(%s))"
+    )
+    return select, update
+
+
+def _claim_sqlite(
+    *,
+    worker_id: str,
+    queues: list[str],
+    lease_seconds: float,
+    now: datetime,
+    limit: int,
+    start_all: bool,
+    excluded: list[str],
+) -> list[Run]:
+    select, update = _sqlite_claim_sql(len(queues), len(excluded))
+    at = connection.ops.adapt_datetimefield_value(now)
+    expires = now + timedelta(seconds=lease_seconds)
+    width = len(_columns(Run))
+    with transaction.atomic(), connection.cursor() as cursor:  # BEGIN IMMEDIATE: the write lock
+        cursor.execute(select, [at, *queues, *excluded, limit])
+        rows = cursor.fetchall()
+        if not rows:
+            return []
+        claimed: list[Run] = []
+        for row in rows:
+            run = _instance(Run, row[:width])
+            schedule = _instance(Schedule, row[width:]) if run.schedule_id is not None else None
+            Run.schedule.field.set_cached_value(run, schedule)
+            claimed.append(run)
+        started = claimed if start_all else claimed[:1]
+        started_ids = json.dumps([r.pk for r in started])
+        all_ids = json.dumps([r.pk for r in claimed])
+        cursor.execute(
+            update,
+            [started_ids, worker_id, connection.ops.adapt_datetimefield_value(expires), started_ids, at, at, all_ids],
+        )
+        for run in claimed:
+            run.state = RunState.LEASED
+            run.lease_owner = worker_id
+            run.lease_expires_at = expires
+            run.attempts += 1
+            run.updated_at = now
+            run.held_by = ""
+        for run in started:
+            run.state = RunState.RUNNING
+            run.started_at = now
+        entries = [(run, EventType.CLAIMED.value) for run in claimed]
+        entries += [(run, EventType.STARTED.value) for run in started]
+        bulk.insert_rows(
+            RunEvent,
+            {
+                "run": [run.pk for run, _ in entries],
+                "event_type": [kind for _, kind in entries],
+                "message": [""] * len(entries),
+                "worker_id": [worker_id] * len(entries),
+                "attempt": [run.attempts for run, _ in entries],
+                "created_at": [now] * len(entries),
+            },
+        )
+    return claimed
 
 
 def claim_waiting(
@@ -103,12 +215,22 @@ def claim_waiting(
     start_all: bool,
     excluded_tasks: Sequence[str] = (),
 ) -> list[Run] | None:
-    """``claim_runs(include_expired=False)`` in one statement; None where there is no such
-    statement (SQLite has no data-modifying CTEs: the caller claims through the ORM)."""
-    if connection.vendor != "postgresql":
-        return None
+    """``claim_runs(include_expired=False)`` in one statement (SQLite: three, prepared once);
+    None where neither is written (another vendor: the caller claims through the ORM)."""
     queues = list(queues or ())
     excluded = list(excluded_tasks)
+    if connection.vendor == "sqlite":
+        return _claim_sqlite(
+            worker_id=worker_id,
+            queues=queues,
+            lease_seconds=lease_seconds,
+            now=now,
+            limit=limit,
+            start_all=start_all,
+            excluded=excluded,
+        )
+    if connection.vendor != "postgresql":
+        return None
     params: dict[str, Any] = {
         **{f"q{i}": queue for i, queue in enumerate(queues)},
         **{f"x{i}": task_name for i, task_name in enumerate(excluded)},

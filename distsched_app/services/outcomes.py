@@ -20,7 +20,7 @@ from django.db.models import F
 from ..backoff import RetryPolicy
 from ..clock import iso_utc
 from ..conf import conf
-from ..db import locks, notify
+from ..db import fencing, locks, notify
 from ..models import LEASED_STATES, EventType, Run, RunState
 from ..text import storable, storable_json
 from . import events, limits
@@ -165,11 +165,9 @@ class Success:
 
 def _held_ids(worker_id: str, held: dict[int, int], *, lock: bool = False, extra: tuple = ()) -> dict:
     """Of ``held`` (run id -> attempt), the runs this worker still holds at that
-    attempt: the per-run fencing check of a batch, as one indexed query."""
-    qs = Run.objects.filter(pk__in=list(held), lease_owner=worker_id, state__in=LEASED_STATES)
-    if lock:
-        qs = locks.row_locked(qs)
-    return {row[0]: row[2:] for row in qs.values_list("id", "attempts", *extra) if held.get(row[0]) == row[1]}
+    attempt: the per-run fencing check of a batch, as one indexed query (``db.fencing``)."""
+    rows = fencing.held_rows(worker_id, list(held), extra=extra, lock=lock)
+    return {row[0]: row[2:] for row in rows if held.get(row[0]) == row[1]}
 
 
 def record_successes(*, worker_id: str, successes: list[Success], now: datetime) -> set[int]:

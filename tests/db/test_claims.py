@@ -1,7 +1,8 @@
-"""The one-statement claim (PostgreSQL) makes exactly the claim the ORM path makes.
+"""The written claim (one statement on PostgreSQL, three prepared ones on SQLite) makes exactly
+the claim the ORM path makes.
 
-``claim_runs(include_expired=False)`` takes ``db.claims.claim_waiting`` on
-PostgreSQL (a woken worker's latency path) and the ORM elsewhere; with no
+``claim_runs(include_expired=False)`` takes ``db.claims.claim_waiting`` (a woken worker's
+latency path, and a draining worker's every claim but about one a second); with no
 expired lease around, ``include_expired=True`` takes the ORM path on every
 database. Both are run on the same rows (each inside a savepoint rolled back
 afterwards) and must pick the same runs in the same order and leave the same
@@ -137,19 +138,12 @@ def test_neither_claim_path_takes_a_paused_queues_runs_until_it_is_resumed(sched
     assert (resumed.queue, resumed.priority) == ("held", 90)
 
 
-def test_claim_waiting_is_one_statement_on_postgresql_and_declines_elsewhere(
+def test_claim_waiting_is_one_statement_on_postgresql_and_three_in_one_transaction_on_sqlite(
     scheduler, clock, django_assert_num_queries
 ):
     _runs_and_events(scheduler, clock)
-    if not is_postgres():
-        assert (
-            claims.claim_waiting(
-                worker_id="w", queues=None, lease_seconds=30, now=clock.now(), limit=5, start_all=False
-            )
-            is None
-        )
-        return
-    with django_assert_num_queries(1):
+    # SQLite: BEGIN IMMEDIATE, the select, the update, the events' insert, COMMIT.
+    with django_assert_num_queries(1 if is_postgres() else 5):
         runs = claims.claim_waiting(
             worker_id="w", queues=None, lease_seconds=30, now=clock.now(), limit=5, start_all=False
         )
@@ -207,3 +201,25 @@ def test_a_claim_with_excluded_tasks_still_walks_the_claim_index(scheduler, cloc
         transaction.set_rollback(True)
     assert "Index Scan using distsched_run_waiting" in plan, plan
     assert "Sort Key: distsched_app_run.priority" not in plan, plan
+
+
+def test_sqlite_claim_walks_the_claim_index_and_updates_by_key(scheduler, clock):
+    """SQLite's written claim of a one-queue worker reads the due runs off the partial claim index
+    in its order (no sort of every waiting run), and marks them by primary key (the ids bound as
+    one JSON array)."""
+    if is_postgres():
+        pytest.skip("SQLite's statements; PostgreSQL's plan is tested above")
+    _runs_and_events(scheduler, clock)
+    with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+        claims.claim_waiting(
+            worker_id="w", queues=["default"], lease_seconds=30, now=clock.now(), limit=5, start_all=False
+        )
+        transaction.set_rollback(True)
+    select, update = [q["sql"] for q in captured.captured_queries if q["sql"].startswith(("SELECT", "UPDATE"))]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + select)
+        plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
+        cursor.execute("EXPLAIN QUERY PLAN " + update)
+        update_plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
+    assert "USING INDEX distsched_run_waiting" in plan and "ORDER BY" not in plan, plan
+    assert "json_each" in update and "INTEGER PRIMARY KEY" in update_plan, update_plan

@@ -29,8 +29,8 @@ def test_statements_per_batch_do_not_grow_with_runs(scheduler):
     large = queries_to_drain(scheduler, 32, prefetch=8)  # four batches
     per_batch = (large - small) / 3
     print(f"\nstatements: {small} for 1 batch of 8, {large} for 4 batches; {per_batch:g} per extra batch of 8")
-    # Claim (select + 2 updates + events; one statement on PostgreSQL) and flush (select + update
-    # + events), with their transaction statements: a fixed cost per batch, whatever its size.
+    # Claim (select + update + events on SQLite; one statement on PostgreSQL) and flush (select +
+    # update + events), with their transaction statements: a fixed cost per batch, whatever its size.
     assert per_batch == PER_BATCH[connection.vendor]
     assert per_batch / 8 < 2
     # A batch twice as large costs the same statements.
@@ -39,7 +39,7 @@ def test_statements_per_batch_do_not_grow_with_runs(scheduler):
     assert RunEvent.objects.filter(event_type="succeeded").count() == 56
 
 
-# Statements Django sees per extra batch: SQLite 7 + 2 savepoint pairs (the test runs inside a
+# Statements Django sees per extra batch: SQLite 6 + 2 savepoint pairs (the test runs inside a
 # transaction); PostgreSQL: the claim is one statement (db/claims.py, no savepoint), the flush a
 # savepoint pair, its select and its update (the array-bound event insert bypasses Django's cursor).
-PER_BATCH = {"sqlite": 11, "postgresql": 5}
+PER_BATCH = {"sqlite": 10, "postgresql": 5}
