@@ -95,6 +95,11 @@ def _chunks(columns: Columns) -> Iterator[Columns]:
         yield {name: values[start : start + ROWS_PER_STATEMENT] for name, values in columns.items()}
 
 
+def _quoted(field: Field) -> str:
+    """A column name as SQL (``LimitHold``'s ``limit`` and ``key`` are reserved words)."""
+    return connection.ops.quote_name(field.column)
+
+
 def rows_source(
     model: type[Model],
     columns: Columns,
@@ -110,7 +115,7 @@ def rows_source(
     """
     n = _length(columns)
     model_fields = _fields(model, list(columns))
-    names = [f.column for f in model_fields]
+    names = [_quoted(f) for f in model_fields]
     if _vendor_is_postgresql():
         arrays = ", ".join(f"%b::{_array_type(f)}[]" for f in model_fields)
         aliases = ", ".join([*names, *([ordinal] if ordinal else [])])
@@ -205,8 +210,8 @@ def insert_rows(
     into = f"INSERT INTO {table(model)}"
     plain = select is None and not join and not ordered  # each row as it is: the simplest statement
     if select is None:
-        select = {name: f"u.{_field(model, name).column}" for name in columns}
-    target = ", ".join(f.column for f in _fields(model, list(select)))
+        select = {name: f"u.{_quoted(_field(model, name))}" for name in columns}
+    target = ", ".join(_quoted(f) for f in _fields(model, list(select)))
     # Bound values first: they come before the row source in the statement.
     binds = [
         _field(model, name).get_db_prep_value(value.value, connection)
@@ -215,7 +220,7 @@ def insert_rows(
     ]
     expressions = ", ".join("%s" if isinstance(value, Bind) else value for value in select.values())
     order = " ORDER BY u.ord" if ordered else ""
-    tail = " RETURNING " + ", ".join(f.column for f in _fields(model, returning)) if returning else ""
+    tail = " RETURNING " + ", ".join(_quoted(f) for f in _fields(model, returning)) if returning else ""
     returned: list[tuple] = []
     for chunk in _chunks(columns):
         if plain and not _vendor_is_postgresql():
@@ -255,8 +260,10 @@ def update_from_rows(model: type[Model], key: str, columns: Columns) -> None:
     if not _length(columns):
         return
     table_sql = table(model)
-    key_column = _field(model, key).column
-    sets = ", ".join(f"{f.column} = u.{f.column}" for f in _fields(model, [name for name in columns if name != key]))
+    key_column = _quoted(_field(model, key))
+    sets = ", ".join(
+        f"{_quoted(f)} = u.{_quoted(f)}" for f in _fields(model, [name for name in columns if name != key])
+    )
     for chunk in _chunks(columns):
         source, params = rows_source(model, chunk)
         execute(f"UPDATE {table_sql} SET {sets} FROM {source} WHERE {table_sql}.{key_column} = u.{key_column}", params)

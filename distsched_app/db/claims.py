@@ -118,9 +118,10 @@ def _instance(model: type[Model], values: Sequence[Any]) -> Any:
 
 
 @cache
-def _sqlite_claim_sql(queues: int, excluded: int = 0) -> tuple[str, str]:
-    """SQLite: the select of the due runs (with their schedules) and the update that claims them,
-    for a worker of ``queues`` queues (0: any) that may not take runs of ``excluded`` tasks."""
+def _waiting_sql(vendor: str, queues: int, excluded: int = 0, skipping: bool = False) -> str:
+    """The select of the due runs (with their schedules) for a worker of ``queues`` queues (0: any)
+    that may not take runs of ``excluded`` tasks, ``skipping`` some ids; on PostgreSQL the runs
+    are locked ``FOR UPDATE SKIP LOCKED`` (SQLite's transaction holds the write lock)."""
     runs, schedules = _q(Run._meta.db_table), _q(Schedule._meta.db_table)
     # Literals, so that SQLite sees the partial claim index's predicate (see models._literal_states).
     waiting = ", ".join(f"'{s}'" for s in WAITING_STATES)
@@ -130,21 +131,41 @@ def _sqlite_claim_sql(queues: int, excluded: int = 0) -> tuple[str, str]:
     where += f" AND {not_paused_sql('c.queue')}"
     if excluded:
         where += f" AND c.task_name NOT IN ({', '.join(['%s'] * excluded)})"
+    if skipping:
+        where += (
+            " AND c.id <> ALL(%s)" if vendor == "postgresql" else " AND c.id NOT IN (SELECT value FROM json_each(%s))"
+        )
     run_cols = ", ".join(f"c.{_q(f.column)}" for f in _columns(Run))
     schedule_cols = ", ".join(f"s.{_q(f.column)}" for f in _columns(Schedule))
-    select = (
+    lock = " FOR UPDATE OF c SKIP LOCKED" if vendor == "postgresql" else ""
+    return (
         f"SELECT {run_cols}, {schedule_cols} FROM {runs} AS c LEFT JOIN {schedules} AS s "  # noqa: S608
-        f"ON s.id = c.schedule_id WHERE {where} ORDER BY c.priority DESC, c.available_at, c.id LIMIT %s"
+        f"ON s.id = c.schedule_id WHERE {where} ORDER BY c.priority DESC, c.available_at, c.id LIMIT %s{lock}"
     )
-    # The ids come as JSON arrays: one statement text whatever the batch (SQLite caches it prepared).
-    started = "id IN (SELECT value FROM json_each(%s))"
-    update = (
-        f"UPDATE {runs} SET state = CASE WHEN {started} THEN '{RunState.RUNNING.value}' "  # noqa: S608
-        f"ELSE '{RunState.LEASED.value}' END, lease_owner = %s, lease_expires_at = %s, attempts = attempts + 1, "
-        f"started_at = CASE WHEN {started} THEN %s ELSE started_at END, updated_at = %s, held_by = '' "
-        "WHERE id IN (SELECT value FROM json_each(%s))"
-    )
-    return select, update
+
+
+def lock_waiting(
+    *, queues: Sequence[str] | None, excluded: Sequence[str], now: datetime, limit: int, skip: Sequence[int] = ()
+) -> list[Run]:
+    """Up to ``limit`` claimable runs (``Run.objects.claimable``'s rule, in its order) but those in
+    ``skip``, with their schedules, locked until COMMIT: the claim's candidates, read by a
+    statement written once per shape (through the ORM, building it cost more than running it)."""
+    vendor = connection.vendor
+    queues, excluded = list(queues or ()), list(excluded)
+    params: list[Any] = [connection.ops.adapt_datetimefield_value(now), *queues, *excluded]
+    if skip:
+        params.append(list(skip) if vendor == "postgresql" else json.dumps(list(skip)))
+    with connection.cursor() as cursor:
+        cursor.execute(_waiting_sql(vendor, len(queues), len(excluded), bool(skip)), [*params, limit])
+        rows = cursor.fetchall()
+    width = len(_columns(Run))
+    out: list[Run] = []
+    for row in rows:
+        run = _instance(Run, row[:width])
+        schedule = _instance(Schedule, row[width:]) if run.schedule_id is not None else None
+        Run.schedule.field.set_cached_value(run, schedule)
+        out.append(run)
+    return out
 
 
 def _claim_sqlite(
@@ -157,38 +178,13 @@ def _claim_sqlite(
     start_all: bool,
     excluded: list[str],
 ) -> list[Run]:
-    select, update = _sqlite_claim_sql(len(queues), len(excluded))
-    at = connection.ops.adapt_datetimefield_value(now)
     expires = now + timedelta(seconds=lease_seconds)
-    width = len(_columns(Run))
-    with transaction.atomic(), connection.cursor() as cursor:  # BEGIN IMMEDIATE: the write lock
-        cursor.execute(select, [at, *queues, *excluded, limit])
-        rows = cursor.fetchall()
-        if not rows:
+    with transaction.atomic():  # BEGIN IMMEDIATE: the write lock
+        claimed = lock_waiting(queues=queues, excluded=excluded, now=now, limit=limit)
+        if not claimed:
             return []
-        claimed: list[Run] = []
-        for row in rows:
-            run = _instance(Run, row[:width])
-            schedule = _instance(Schedule, row[width:]) if run.schedule_id is not None else None
-            Run.schedule.field.set_cached_value(run, schedule)
-            claimed.append(run)
         started = claimed if start_all else claimed[:1]
-        started_ids = json.dumps([r.pk for r in started])
-        all_ids = json.dumps([r.pk for r in claimed])
-        cursor.execute(
-            update,
-            [started_ids, worker_id, connection.ops.adapt_datetimefield_value(expires), started_ids, at, at, all_ids],
-        )
-        for run in claimed:
-            run.state = RunState.LEASED
-            run.lease_owner = worker_id
-            run.lease_expires_at = expires
-            run.attempts += 1
-            run.updated_at = now
-            run.held_by = ""
-        for run in started:
-            run.state = RunState.RUNNING
-            run.started_at = now
+        mark_claimed(claimed, started=len(started), worker_id=worker_id, expires=expires, now=now)
         entries = [(run, EventType.CLAIMED.value) for run in claimed]
         entries += [(run, EventType.STARTED.value) for run in started]
         bulk.insert_rows(
@@ -203,6 +199,43 @@ def _claim_sqlite(
             },
         )
     return claimed
+
+
+@cache
+def _mark_sql(vendor: str) -> str:
+    runs = _q(Run._meta.db_table)
+    # The ids bound as one array (SQLite: one JSON array): one statement text whatever the batch.
+    ids = "id = ANY(%s)" if vendor == "postgresql" else "id IN (SELECT value FROM json_each(%s))"
+    return (
+        f"UPDATE {runs} SET state = CASE WHEN {ids} THEN '{RunState.RUNNING.value}' "  # noqa: S608
+        f"ELSE '{RunState.LEASED.value}' END, lease_owner = %s, lease_expires_at = %s, attempts = attempts + 1, "
+        f"started_at = CASE WHEN {ids} THEN %s ELSE started_at END, updated_at = %s, held_by = '' WHERE {ids}"
+    )
+
+
+def mark_claimed(runs: Sequence[Run], *, started: int, worker_id: str, expires: datetime, now: datetime) -> None:
+    """The claim's one UPDATE of the runs it took (already locked, or under SQLite's write lock):
+    the first ``started`` of them ``running`` (started now), the others ``leased``; each owned by
+    ``worker_id`` until ``expires`` at its next attempt. The instances follow."""
+    vendor = connection.vendor
+
+    def ids(rows: Sequence[Run]) -> list[int] | str:
+        keys = [r.pk for r in rows]
+        return keys if vendor == "postgresql" else json.dumps(keys)
+
+    first = ids(runs[:started])
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(_mark_sql(vendor), [first, worker_id, adapt(expires), first, adapt(now), adapt(now), ids(runs)])
+    for i, run in enumerate(runs):
+        run.state = RunState.RUNNING if i < started else RunState.LEASED
+        run.lease_owner = worker_id
+        run.lease_expires_at = expires
+        run.attempts += 1
+        run.updated_at = now
+        run.held_by = ""
+        if i < started:
+            run.started_at = now
 
 
 def claim_waiting(

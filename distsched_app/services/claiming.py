@@ -150,38 +150,14 @@ def claim_runs(
             candidates = _admitted(candidates, gate, now=now, queues=queues, excluded=excluded, limit=limit)
             new_events += gate.events
         elif len(candidates) < limit:
-            waiting = Run.objects.claimable(now, queues, excluded)
-            candidates.extend(_lock(waiting)[: limit - len(candidates)])
+            candidates += claims.lock_waiting(queues=queues, excluded=excluded, now=now, limit=limit - len(candidates))
         if not candidates:
             events.record_many(new_events)
             return []
         # Keys alone suffice: the rows read above are locked until COMMIT (see the module docstring).
         started = candidates if start_all else candidates[:1]
-        rest = candidates[len(started) :]
-        Run.objects.filter(pk__in=[r.pk for r in started]).update(
-            state=RunState.RUNNING,
-            lease_owner=worker_id,
-            lease_expires_at=expires,
-            attempts=F("attempts") + 1,
-            started_at=now,
-            updated_at=now,
-            held_by="",
-        )
-        if rest:
-            Run.objects.filter(pk__in=[r.pk for r in rest]).update(
-                state=RunState.LEASED,
-                lease_owner=worker_id,
-                lease_expires_at=expires,
-                attempts=F("attempts") + 1,
-                updated_at=now,
-                held_by="",
-            )
+        claims.mark_claimed(candidates, started=len(started), worker_id=worker_id, expires=expires, now=now)
         for run in candidates:
-            run.state = RunState.LEASED
-            run.lease_owner = worker_id
-            run.lease_expires_at = expires
-            run.attempts += 1
-            run.updated_at = now
             new_events.append(
                 events.NewEvent(
                     run_id=run.pk,
@@ -192,8 +168,6 @@ def claim_runs(
                 )
             )
         for run in started:
-            run.state = RunState.RUNNING
-            run.started_at = now
             new_events.append(
                 events.NewEvent(
                     run_id=run.pk,
@@ -237,10 +211,9 @@ def _admitted(
     for _ in range(MAX_PICKS):
         if len(admitted) >= limit:
             break
-        waiting = Run.objects.claimable(now, queues, excluded)
-        if later or admitted:  # admitted ones are still pending in the database until the claim's UPDATE
-            waiting = waiting.exclude(pk__in=later + [r.pk for r in admitted])
-        picked = list(_lock(waiting)[: limit - len(admitted)])
+        # Admitted ones are still pending in the database until the claim's UPDATE: skipped by id.
+        skip = later + [r.pk for r in admitted]
+        picked = claims.lock_waiting(queues=queues, excluded=excluded, now=now, limit=limit - len(admitted), skip=skip)
         held_back = 0
         for run in picked:
             verdict = gate.admit(run)

@@ -40,7 +40,7 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import Count, F, Q
 
 from ..clock import iso_utc
-from ..db import locks, notify
+from ..db import bulk, locks, notify
 from ..models import LEASED_STATES, EventType, Limit, LimitHold, LimitPartition, Run, RunState
 from . import events
 from . import limit_rules as rules
@@ -329,8 +329,18 @@ class Gate:
             _claim_lock_timeout(False)
         if self._again:
             LimitHold.objects.filter(run_id__in=self._again).delete()
-        if self._holds:
-            LimitHold.objects.bulk_create(self._holds)
+        if self._holds:  # one INSERT written by db.bulk (bulk_create cost more than the statement)
+            bulk.insert_rows(
+                LimitHold,
+                {
+                    "run": [h.run_id for h in self._holds],
+                    "limit": [h.limit for h in self._holds],
+                    "key": [h.key for h in self._holds],
+                    "attempt": [h.attempt for h in self._holds],
+                    "worker_id": [h.worker_id for h in self._holds],
+                    "tight": [h.tight for h in self._holds],
+                },
+            )
 
     def _block(self, run: Run, spec: rules.LimitSpec, key: str, why: str) -> Verdict:
         Run.objects.filter(pk=run.pk).update(
