@@ -82,6 +82,7 @@ def ensure_packages(argv: list[str], modules: tuple[str, ...] = PEER_MODULES) ->
                 str(BENCH / "requirements.txt"),
             ],
             check=True,
+            cwd=c.ROOT,  # requirements.txt installs the checkout itself (-e .)
         )
         marker.write_text(wanted)
     python = str(venv / "bin" / "python")

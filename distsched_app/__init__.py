@@ -8,7 +8,7 @@ Public API::
 from typing import Any
 
 __all__ = ["FakeClock", "RunContext", "Scheduler", "task"]
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place it is written: pyproject.toml reads it, CHANGELOG.md lists it
 
 
 def __getattr__(name: str) -> Any:

@@ -89,6 +89,10 @@ class RunNotFound(NotFound):
     pass
 
 
+class UnknownVersion(NotFound):
+    """The schedule's name never had that version (HTTP 404, like an unknown id)."""
+
+
 class InvalidStateTransition(DistschedError):
     """The run's current state does not allow the requested action (HTTP 409)."""
 
@@ -98,6 +102,17 @@ class UniqueKeyTaken(InvalidStateTransition):
     it would make two, which the database forbids (``distsched_run_unique_active_key``)."""
 
     field = "unique_key"
+
+
+class VersionConflict(InvalidStateTransition):
+    """Someone changed the schedule since the version the caller read (HTTP 409): nothing was
+    written. ``current`` is the schedule's version now."""
+
+    field = "expected_version"
+
+    def __init__(self, message: str, *, current: int) -> None:
+        super().__init__(message)
+        self.current = current
 
 
 class RunCancelled(Exception):

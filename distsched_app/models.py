@@ -13,6 +13,7 @@ from typing import TypeVar, cast
 from django.db import models
 from django.db.models import Q
 
+from .audit_models import AuditAction, AuditEntry, AuditSource, AuditTarget  # noqa: F401 - re-exported
 from .conf import conf
 from .fields import StorableJSONField
 from .limit_models import Limit, LimitAction, LimitEvent, LimitHold, LimitPartition  # noqa: F401 - re-exported
@@ -130,6 +131,9 @@ class Schedule(models.Model):
     queue = models.CharField(max_length=100, default="default")
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
+    # +1 on every recorded change of the configuration (``services.audit``; a trigger makes none);
+    # runs carry the version that made them, and an update may name the version it expects.
+    version = models.PositiveIntegerField(default=1, db_default=1)
 
     objects = ScheduleQuerySet.as_manager()
 
@@ -202,9 +206,10 @@ class RunQuerySet(models.QuerySet):
 class Run(models.Model):
     # No separate FK index: "distsched_run_sched_id" (schedule, -id) covers it,
     # and every index costs a write per generated run.
-    # None for an enqueued run: it belongs to no schedule.
+    # None for an enqueued run: it belongs to no schedule; and for a run whose schedule was deleted
+    # (its history outlives the schedule: ``deleted_schedule`` keeps the name).
     schedule = models.ForeignKey(
-        Schedule, on_delete=models.CASCADE, related_name="runs", db_index=False, null=True, blank=True
+        Schedule, on_delete=models.SET_NULL, related_name="runs", db_index=False, null=True, blank=True
     )
     task_name = models.CharField(max_length=200)
     args = StorableJSONField(default=list, blank=True)
@@ -244,6 +249,13 @@ class Run(models.Model):
     # What a blocked (or rate-throttled) run waits for: "limit:<name>:<partition key>" or "run:<id>"
     # (overlap=replace: the run it replaces); "" otherwise.
     held_by = models.CharField(max_length=400, blank=True, default="", db_default="", editable=False)
+    # The version of its schedule that made it (tick, trigger: copied from the schedule row in the
+    # INSERT); None for an enqueued run.
+    schedule_version = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    # The name of its schedule once that schedule is deleted (the foreign key is then null); None
+    # otherwise. Nullable, not "": so adding it is an ALTER TABLE ADD COLUMN on SQLite, not a rebuild
+    # of the runs table.
+    deleted_schedule = models.CharField(max_length=100, null=True, blank=True, editable=False)  # noqa: DJ001
 
     objects = RunQuerySet.as_manager()
 
@@ -291,7 +303,10 @@ class Run(models.Model):
             models.Index(fields=["state", "-id"], name="distsched_run_state_id"),
             # Counts by state, queue and origin (stats, metrics, dashboard), read from this index alone.
             models.Index(fields=["state", "queue", "origin"], name="distsched_run_state_queue"),
-            models.Index(fields=["schedule", "-id"], name="distsched_run_sched_id"),
+            # A schedule's runs, newest first. Partial: enqueued runs (no schedule) do not write it.
+            models.Index(
+                fields=["schedule", "-id"], name="distsched_run_sched_id", condition=Q(schedule__isnull=False)
+            ),
             # Finished runs only (prune, recent durations): pending inserts skip it.
             models.Index(fields=["finished_at"], name="distsched_run_finished", condition=Q(finished_at__isnull=False)),
             # One index serves both lookups and prefix search of the key (admin);
@@ -322,11 +337,14 @@ def _stale_before(now: datetime) -> datetime:
 
 def schedule_name_of(run: Run) -> str | None:
     """The name of the run's schedule (None for an enqueued run), from the ``schedule_name``
-    annotation of list queries when present, else from the schedule row."""
+    annotation of list queries when present, else from the schedule row, else the name the run
+    kept when its schedule was deleted."""
     name = getattr(run, "schedule_name", None)
     if name is not None:
         return name
-    return run.schedule.name if run.schedule_id is not None and run.schedule is not None else None
+    if run.schedule_id is not None and run.schedule is not None:
+        return run.schedule.name
+    return run.deleted_schedule or None
 
 
 class WorkerQuerySet(models.QuerySet):

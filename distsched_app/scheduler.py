@@ -10,13 +10,16 @@ from datetime import datetime
 from typing import Any
 
 from .clock import Clock, current_clock
-from .models import Run, Schedule
-from .services import claiming, queues, runs, schedules, stats, tick
+from .models import AuditEntry, Run, Schedule
+from .services import audit, claiming, queues, runs, schedules, stats, tick
 from .services.stats import Stats
 from .worker import Worker
 
 
 class Scheduler:
+    """Changes are recorded in the audit trail with ``actor`` (default ``"code"``), source
+    ``code`` and an optional ``reason``."""
+
     def __init__(self, *, clock: Clock | None = None) -> None:
         self.clock = clock or current_clock()
 
@@ -24,8 +27,12 @@ class Scheduler:
         return self.clock.now()
 
     # schedules
-    def create_schedule(self, *, name: str, task_name: str, **options: Any) -> Schedule:
-        return schedules.create_schedule(name=name, task_name=task_name, now=self.now(), **options)
+    def create_schedule(
+        self, *, name: str, task_name: str, actor: str = audit.CODE, reason: str = "", **options: Any
+    ) -> Schedule:
+        return schedules.create_schedule(
+            name=name, task_name=task_name, now=self.now(), actor=actor, reason=reason, **options
+        )
 
     def get_schedule(self, name: str) -> Schedule:
         return schedules.get_schedule(name)
@@ -33,17 +40,46 @@ class Scheduler:
     def list_schedules(self, *, paused: bool | None = None) -> list[Schedule]:
         return schedules.list_schedules(paused=paused)
 
-    def update_schedule(self, name: str, **changes: Any) -> Schedule:
-        return schedules.update_schedule(name, now=self.now(), **changes)
+    def update_schedule(
+        self,
+        name: str,
+        *,
+        expected_version: int | None = None,
+        actor: str = audit.CODE,
+        reason: str = "",
+        **changes: Any,
+    ) -> Schedule:
+        return schedules.update_schedule(
+            name, now=self.now(), expected_version=expected_version, actor=actor, reason=reason, **changes
+        )
 
-    def delete_schedule(self, name: str) -> None:
-        schedules.delete_schedule(name)
+    def delete_schedule(self, name: str, *, actor: str = audit.CODE, reason: str = "") -> int:
+        """Delete the schedule, keeping its runs and their history; returns how many runs it kept."""
+        return schedules.delete_schedule(name, now=self.now(), actor=actor, reason=reason)
 
-    def pause(self, name: str) -> Schedule:
-        return schedules.pause_schedule(name, now=self.now())
+    def pause(self, name: str, *, actor: str = audit.CODE, reason: str = "") -> Schedule:
+        return schedules.pause_schedule(name, now=self.now(), actor=actor, reason=reason)
 
-    def resume(self, name: str) -> Schedule:
-        return schedules.resume_schedule(name, now=self.now())
+    def resume(self, name: str, *, actor: str = audit.CODE, reason: str = "") -> Schedule:
+        return schedules.resume_schedule(name, now=self.now(), actor=actor, reason=reason)
+
+    def history(self, name: str) -> list[AuditEntry]:
+        """The schedule's versions and actions, newest first (also once it is deleted)."""
+        return list(audit.schedule_history(name))
+
+    def restore(
+        self,
+        name: str,
+        version: int,
+        *,
+        expected_version: int | None = None,
+        actor: str = audit.CODE,
+        reason: str = "",
+    ) -> Schedule:
+        """Bring back version ``version``'s configuration as a new version."""
+        return schedules.restore_schedule(
+            name, version, now=self.now(), expected_version=expected_version, actor=actor, reason=reason
+        )
 
     def pause_queue(self, name: str, *, by: str = "code", reason: str = "") -> queues.QueueChange:
         """Stop claims of the queue's runs until it is resumed (``services.queues.pause_queue``)."""
@@ -52,8 +88,8 @@ class Scheduler:
     def resume_queue(self, name: str, *, by: str = "code") -> queues.QueueChange:
         return queues.resume_queue(name, now=self.now(), by=by)
 
-    def trigger(self, name: str) -> Run:
-        return schedules.trigger_schedule(name, now=self.now())
+    def trigger(self, name: str, *, actor: str = audit.CODE, reason: str = "") -> Run:
+        return schedules.trigger_schedule(name, now=self.now(), actor=actor, reason=reason)
 
     def upcoming(self, name: str, count: int = 5) -> list[datetime]:
         return schedules.upcoming_fire_times(schedules.get_schedule(name), count)
@@ -84,11 +120,11 @@ class Scheduler:
     def get_run(self, run_id: int) -> Run:
         return runs.get_run(run_id)
 
-    def cancel_run(self, run_id: int) -> Run:
-        return runs.cancel_run(run_id, now=self.now())
+    def cancel_run(self, run_id: int, *, actor: str = audit.CODE, reason: str = "") -> Run:
+        return runs.cancel_run(run_id, now=self.now(), actor=actor, reason=reason)
 
-    def requeue_run(self, run_id: int) -> Run:
-        return runs.requeue_run(run_id, now=self.now())
+    def requeue_run(self, run_id: int, *, actor: str = audit.CODE, reason: str = "") -> Run:
+        return runs.requeue_run(run_id, now=self.now(), actor=actor, reason=reason)
 
     def stats(self) -> Stats:
         return stats.stats(now=self.now())

@@ -151,7 +151,7 @@ SPECTACULAR_SETTINGS = {
 
 DISTSCHED: dict[str, Any] = {}
 
-# Django's task framework: @task functions' .enqueue() writes distsched runs (README, "Django's task framework").
+# Django's task framework: @task functions' .enqueue() writes distsched runs (docs/reference/django-tasks.md).
 TASKS = {
     "default": {
         "BACKEND": "distsched_app.backends.DistschedBackend",

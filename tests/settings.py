@@ -20,7 +20,7 @@ INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DISTSCHED = {}
 # CI's PgBouncer leg: the suite connects through PgBouncer (transaction pooling); the workers' listener
-# needs a direct connection (README, "PostgreSQL deployment").
+# needs a direct connection (docs/postgresql.md, "Connections and pooling").
 if os.environ.get("DISTSCHED_TEST_LISTEN_DATABASE_URL"):
     DISTSCHED["LISTEN_DATABASE_URL"] = os.environ["DISTSCHED_TEST_LISTEN_DATABASE_URL"]
 # Real worker processes of the capability tests: their TASK_REQUIRES, as JSON.

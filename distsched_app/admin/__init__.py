@@ -14,6 +14,7 @@ ModelAdmins below registers them (each module uses ``@admin.register``).
     workers    WorkerAdmin                 lists      paginator and list filters
     queues     QueuePauseAdmin (paused queues: pause, resume), QueueEventAdmin (their history)
     limits     LimitAdmin (declared limits; a limit's override, reset and history)
+    audit      AuditEntryAdmin (schedule versions and the operators' action log, read-only)
     dashboard  the dashboard view          chart      the dashboard's SVG chart geometry
     support    clock, applying, reporting  mixins     stylesheet, change-page buttons
     display    formatting
@@ -21,6 +22,7 @@ ModelAdmins below registers them (each module uses ``@admin.register``).
 
 from django.contrib import admin
 
+from .audit import AuditEntryAdmin
 from .events import RunEventAdmin
 from .limits import LimitAdmin
 from .queues import QueueEventAdmin, QueuePauseAdmin
@@ -29,6 +31,7 @@ from .schedules import ScheduleAdmin
 from .workers import WorkerAdmin
 
 __all__ = [
+    "AuditEntryAdmin",
     "LimitAdmin",
     "QueueEventAdmin",
     "QueuePauseAdmin",

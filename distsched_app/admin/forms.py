@@ -19,6 +19,7 @@ from ..conf import conf
 from ..errors import DistschedError, InvalidPayload
 from ..models import Schedule
 from ..registry import registry
+from ..services.audit import clean_reason
 from ..services.schedules import UPDATABLE_FIELDS
 from ..services.validation import decode_payload, validate_name, validate_schedule_fields
 from ..text import storable
@@ -78,6 +79,16 @@ class StorableJSONFormField(forms.JSONField):
 class ScheduleAdminForm(forms.ModelForm):
     # The request's clock reading; ScheduleAdmin.get_form sets it on the form class it returns.
     now: datetime | None = None
+    # Not model fields: why (kept in the schedule's history), and the version the form was read at,
+    # so that saving over someone else's change since is refused instead of undoing it.
+    reason = forms.CharField(
+        required=False,
+        max_length=1000,
+        strip=False,
+        widget=forms.TextInput(attrs={"size": 60}),
+        help_text="Optional: why you change it, for whoever reads the History later.",
+    )
+    expected_version = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
     class Meta:
         model = Schedule
@@ -109,6 +120,7 @@ class ScheduleAdminForm(forms.ModelForm):
             self.fields[payload].payload = payload  # type: ignore[attr-defined]  # a StorableJSONFormField
         if self.instance.pk:
             self.fields["name"].disabled = True
+            self.initial.setdefault("expected_version", self.instance.version)
         else:
             # New schedules start from the project's DISTSCHED defaults, not the model's.
             self.initial.setdefault("max_attempts", conf.MAX_ATTEMPTS)
@@ -135,6 +147,7 @@ class ScheduleAdminForm(forms.ModelForm):
         if self.errors:
             return cleaned  # the service validator needs well-formed fields
         try:
+            clean_reason(cleaned.get("reason"))
             if self.adding:
                 validate_name(cleaned.get("name"))
             validate_schedule_fields(

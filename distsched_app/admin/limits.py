@@ -25,7 +25,7 @@ from django.urls import path, reverse
 
 from ..clock import iso_utc
 from ..errors import DistschedError
-from ..models import Limit
+from ..models import AuditSource, Limit
 from ..services import limit_overrides
 from ..services import limit_rules as rules
 from ..services import queues as queue_service
@@ -261,6 +261,7 @@ class LimitAdmin(DistschedMedia, admin.ModelAdmin):
                 by=actor(request),
                 reason=form.cleaned_data.get("reason") or "",
                 for_seconds=form.cleaned_data.get("duration"),
+                source=AuditSource.ADMIN,
             )
         except DistschedError as exc:
             target = {"for": "duration", "until": "duration"}.get(exc.field or "", exc.field)
@@ -289,7 +290,9 @@ class LimitAdmin(DistschedMedia, admin.ModelAdmin):
             self.message_user(request, f"Limit {name} has no override: nothing changed.", messages.WARNING)
             return HttpResponseRedirect(limit_url(name))
         try:
-            change = limit_overrides.reset_override(name, now=request_now(request), by=actor(request))
+            change = limit_overrides.reset_override(
+                name, now=request_now(request), by=actor(request), source=AuditSource.ADMIN
+            )
         except DistschedError as exc:
             self.message_user(request, f"Limit {name} not reset: {exc}", messages.WARNING)
         else:

@@ -19,7 +19,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from ..errors import DistschedError
-from ..models import QueueEvent, QueuePause
+from ..models import AuditSource, QueueEvent, QueuePause
 from ..services import queues as queue_service
 from ..services.validation import validate_queue
 from .display import timestamp_field, ts
@@ -97,7 +97,11 @@ class QueuePauseAdmin(DistschedMedia, StorableLookupsMixin, admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         done = queue_service.pause_queue(
-            form.cleaned_data["queue"], now=request_now(request), by=actor(request), reason=form.cleaned_data["reason"]
+            form.cleaned_data["queue"],
+            now=request_now(request),
+            by=actor(request),
+            reason=form.cleaned_data["reason"],
+            source=AuditSource.ADMIN,
         )
         pause = done.pause or obj
         for f in QueuePause._meta.concrete_fields:
@@ -121,7 +125,9 @@ class QueuePauseAdmin(DistschedMedia, StorableLookupsMixin, admin.ModelAdmin):
 
     def _resume(self, request, names) -> None:
         now, by = request_now(request), actor(request)
-        outcome = apply_each(names, lambda name: queue_service.resume_queue(name, now=now, by=by))
+        outcome = apply_each(
+            names, lambda name: queue_service.resume_queue(name, now=now, by=by, source=AuditSource.ADMIN)
+        )
         resumed = [c.queue for c in outcome.done if c.changed]
         if resumed:
             self.message_user(request, f"Resumed {len(resumed)} queue(s): {', '.join(resumed)}.", messages.SUCCESS)

@@ -45,7 +45,7 @@ from .lists import (
 from .mixins import DistschedMedia, ObjectActionsMixin, StorableLookupsMixin
 from .support import (
     apply_each,
-    operator,
+    changed_by,
     report_problems,
     request_now,
     selected_keys,
@@ -204,12 +204,17 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
     def schedule_name(self, obj: Run) -> str:
         schedule = obj.schedule
         if schedule is None:
+            if obj.deleted_schedule:  # the schedule was deleted; the run kept its name
+                return format_html("{} <span class='distsched-muted'>(deleted)</span>", obj.deleted_schedule)
             return format_html("<span class='distsched-muted'>{}</span>", obj.origin)  # an enqueued run
         return format_html("<a href='{}'>{}</a>", change_url(Schedule, schedule.pk), schedule.name)
 
     @admin.display(description="schedule")
     def schedule_link(self, obj: Run) -> str:
-        return self.schedule_name(obj)
+        link = self.schedule_name(obj)
+        if obj.schedule_version is None:
+            return link
+        return format_html("{} (made by its version {})", link, obj.schedule_version)
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, obj: Run) -> str:
@@ -310,8 +315,8 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
     # -- actions: one service call per run
 
     def _apply(self, request, keys, service, *, verb: str):
-        now, by = request_now(request), operator(request)
-        outcome = apply_each(keys, lambda run_id: service(run_id, now=now, by=by))
+        now, by = request_now(request), changed_by(request)
+        outcome = apply_each(keys, lambda run_id: service(run_id, now=now, **by))
         report_problems(self, request, outcome, verb=verb, noun="run")
         return outcome
 

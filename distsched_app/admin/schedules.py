@@ -1,34 +1,49 @@
-"""Schedules in the admin: list, add/change through the service layer, pause/resume/trigger.
+"""Schedules in the admin: list, add/change through the service layer, pause/resume/trigger,
+and the History page with its versions and "restore this version".
 
 Saving calls ``create_schedule`` / ``update_schedule`` (which compute
-``next_run_at``); deleting calls ``delete_schedule``; the actions and the
-change page's buttons call ``pause_schedule``, ``resume_schedule`` and
-``trigger_schedule`` once per schedule.
+``next_run_at``; the form carries the version it was read at, so saving over
+someone else's change since is refused); deleting calls ``delete_schedule``
+(the runs stay); the actions and the change page's buttons call
+``pause_schedule``, ``resume_schedule`` and ``trigger_schedule`` once per
+schedule; the History page lists ``services.audit``'s entries and its buttons
+call ``restore_schedule``. Every change is recorded as ``user:<username>``,
+source ``admin``.
 """
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.views.main import PAGE_VAR
 from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, Subquery
-from django.http import HttpResponseRedirect
-from django.urls import reverse
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
+from django.utils.text import capfirst
 
 from ..errors import DistschedError, ScheduleNotFound, ValidationError
-from ..models import Run, Schedule, ScheduleKind
+from ..models import AuditAction, Run, Schedule, ScheduleKind
+from ..services import audit
 from ..services import schedules as schedule_service
 from .display import change_url, state_badge, timestamp_field, ts
 from .forms import ScheduleAdminForm
 from .mixins import DistschedMedia, ObjectActionsMixin, StorableLookupsMixin
 from .support import (
     apply_each,
+    changed_by,
     operator,
     report_problems,
     request_now,
     selected_keys,
 )
+
+HISTORY_PER_PAGE = 100
 
 
 class ServiceRejected(Exception):
@@ -44,7 +59,15 @@ class ScheduleAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, ad
     list_per_page = 100
     actions = ("pause_schedules", "resume_schedules", "trigger_schedules")
     object_actions = ("pause", "resume", "trigger")
-    readonly_fields = ("next_run_at_utc", "upcoming", "recent_runs", "created_at_utc", "updated_at_utc")
+    readonly_fields = (
+        "version",
+        "next_run_at_utc",
+        "upcoming",
+        "recent_runs",
+        "created_at_utc",
+        "updated_at_utc",
+    )
+    object_history_template = "admin/distsched_app/schedule/object_history.html"
     recent_runs_shown = 10
     next_run_at_utc = timestamp_field("next_run_at", "next run at (UTC)")
     created_at_utc = timestamp_field("created_at", "created at (UTC)")
@@ -69,6 +92,8 @@ class ScheduleAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, ad
                 },
             ),
         ]
+        change = ("reason", "expected_version") if obj is not None else ("reason",)
+        fieldsets.append(("Why", {"fields": change}))
         if obj is not None:
             fieldsets.append(("Status", {"fields": self.readonly_fields}))
         return fieldsets
@@ -165,13 +190,20 @@ class ScheduleAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, ad
 
     def save_model(self, request, obj, form, change):
         now = request_now(request)
+        by = changed_by(request, form.cleaned_data.get("reason") or "")
         try:
             if change:
-                saved = schedule_service.update_schedule(obj.name, now=now, **form.changes())
+                saved = schedule_service.update_schedule(
+                    obj.name,
+                    now=now,
+                    expected_version=form.cleaned_data.get("expected_version"),
+                    **by,
+                    **form.changes(),
+                )
             else:
                 fields = form.service_fields()
                 saved = schedule_service.create_schedule(
-                    name=form.cleaned_data["name"], task_name=fields.pop("task_name"), now=now, **fields
+                    name=form.cleaned_data["name"], task_name=fields.pop("task_name"), now=now, **by, **fields
                 )
         except DistschedError as exc:
             raise ServiceRejected(str(exc)) from exc
@@ -190,7 +222,7 @@ class ScheduleAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, ad
 
     def delete_model(self, request, obj):
         try:
-            schedule_service.delete_schedule(obj.name)
+            schedule_service.delete_schedule(obj.name, now=request_now(request), **changed_by(request))
         except ScheduleNotFound:
             pass  # already gone
 
@@ -202,19 +234,15 @@ class ScheduleAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, ad
         """Summarise instead of listing: a schedule may own a million runs, and the stock
         confirmation page would load every run and event to print them."""
         objs = list(objs)
-        runs = Run.objects.filter(schedule__in=[o.pk for o in objs]).count()
         listed = [f"Schedule: {o}" for o in objs]
-        if runs:
-            listed.append(
-                f"{runs} run(s) of {'this schedule' if len(objs) == 1 else 'these schedules'}, with their event history"
-            )
-        return listed, {"schedules": len(objs), "runs": runs}, set(), []
+        # The runs are kept (their waiting ones cancelled), so they are not listed as deleted.
+        return listed, {"schedules": len(objs)}, set(), []
 
     # -- actions: one service call per schedule
 
     def _apply(self, request, keys, service, *, verb: str):
-        now = request_now(request)
-        outcome = apply_each(keys, lambda name: service(name, now=now))
+        now, by = request_now(request), changed_by(request)
+        outcome = apply_each(keys, lambda name: service(name, now=now, **by))
         if outcome.done:
             self.message_user(request, f"{verb.capitalize()} {len(outcome.done)} schedule(s).", messages.SUCCESS)
         report_problems(self, request, outcome, verb=verb, noun="schedule")
@@ -236,11 +264,9 @@ class ScheduleAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, ad
             self._trigger(request, keys)
 
     def _trigger(self, request, keys):
-        now = request_now(request)
-        by = operator(request)
-        outcome = apply_each(
-            keys, lambda name: schedule_service.trigger_schedule(name, now=now, message=f"triggered by {by}")
-        )
+        now, by = request_now(request), changed_by(request)
+        message = f"triggered by {operator(request)}"
+        outcome = apply_each(keys, lambda name: schedule_service.trigger_schedule(name, now=now, message=message, **by))
         if outcome.done:
             links = format_html_join(
                 ", ", "<a href='{}'>#{}</a>", ((change_url(Run, r.pk), r.pk) for r in outcome.done)
@@ -262,3 +288,97 @@ class ScheduleAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, ad
 
     def trigger_object(self, request, obj):
         self._trigger(request, [obj.name])
+
+    # -- the History page: versions and actions, restore
+
+    def get_urls(self):
+        info = self.opts.app_label, self.opts.model_name
+        restore = path(
+            "<path:object_id>/history/restore/",
+            self.admin_site.admin_view(self.restore_view),
+            name="{}_{}_restore".format(*info),
+        )
+        return [restore, *super().get_urls()]
+
+    def history_view(self, request, object_id, extra_context=None):
+        """The schedule's versions and actions from the audit trail (not the admin's LogEntry,
+        which misses every change made outside the admin), newest first."""
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not self.has_view_or_change_permission(request, obj):
+            raise PermissionDenied
+        paginator = self.get_paginator(request, audit.schedule_history(obj.name), HISTORY_PER_PAGE)
+        page = paginator.get_page(request.GET.get(PAGE_VAR, 1))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"History: {obj}",
+            "subtitle": None,
+            "object": obj,
+            "opts": self.opts,
+            "module_name": str(capfirst(self.opts.verbose_name_plural)),
+            "page": page,
+            "rows": [self._history_row(entry, obj) for entry in page],
+            "page_range": paginator.get_elided_page_range(page.number),
+            "page_var": PAGE_VAR,
+            "pagination_required": paginator.count > HISTORY_PER_PAGE,
+            "can_restore": self.has_change_permission(request, obj),
+            "restore_url": reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_restore", args=[quote(obj.pk)]),
+            "preserved_filters": self.get_preserved_filters(request),
+            **(extra_context or {}),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, self.object_history_template, context)
+
+    @staticmethod
+    def _history_row(entry, obj: Schedule) -> dict:
+        return {
+            "version": entry.version,
+            "at": ts(entry.created_at),
+            "action": entry.action,
+            "actor": entry.actor,
+            "source": entry.source,
+            "reason": entry.reason,
+            "what": audit.describe(entry),
+            "snapshot": json.dumps(entry.snapshot, indent=2, ensure_ascii=False) if entry.snapshot else "",
+            # Any version with a configuration but the one in force; a trigger makes none.
+            "restorable": bool(entry.snapshot)
+            and entry.action != AuditAction.TRIGGER
+            and entry.version is not None
+            and entry.version != obj.version,
+        }
+
+    def restore_view(self, request, object_id):
+        """POST only: restore the version the button names, then back to the History page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not self.has_change_permission(request, obj):
+            raise PermissionDenied
+        history = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_history", args=[quote(obj.pk)])
+        version, expected = _whole(request.POST.get("version")), _whole(request.POST.get("expected_version"))
+        if version is None:
+            self.message_user(request, "Not restored: no version given.", messages.ERROR)
+            return HttpResponseRedirect(history)
+        try:
+            restored = schedule_service.restore_schedule(
+                obj.name, version, now=request_now(request), expected_version=expected, **changed_by(request)
+            )
+        except DistschedError as exc:
+            self.message_user(request, f"Not restored: {exc}", messages.WARNING)
+        else:
+            self.message_user(
+                request,
+                f"Restored version {version} of {obj.name}: it is now version {restored.version}.",
+                messages.SUCCESS,
+            )
+        return HttpResponseRedirect(history)
+
+
+def _whole(text: str | None) -> int | None:
+    """A form's whole number, or None when it is not one."""
+    if text is None or not (text.isascii() and text.isdigit()) or len(text) > 9:
+        return None
+    return int(text)

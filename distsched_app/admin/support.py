@@ -19,6 +19,7 @@ from django.http import HttpRequest
 
 from ..clock import current_clock
 from ..errors import DistschedError, NotFound
+from ..models import AuditSource
 
 # An action applies a service to each selected row in one request; beyond this
 # many rows the request would time out, so the operator is sent to the CLI/API.
@@ -36,10 +37,15 @@ def request_now(request: HttpRequest) -> datetime:
 
 
 def operator(request: HttpRequest) -> str:
-    """Who to name in the run history for an admin action."""
+    """Who acts in the admin, as the audit trail and the run history name them: ``user:<username>``."""
     user = getattr(request, "user", None)
     name = user.get_username() if user is not None and user.is_authenticated else "anonymous"
-    return f"admin:{name}"
+    return f"user:{name}"
+
+
+def changed_by(request: HttpRequest, reason: str = "") -> dict[str, str]:
+    """The ``actor``, ``source`` and ``reason`` keywords the schedule and run services take."""
+    return {"actor": operator(request), "source": AuditSource.ADMIN, "reason": reason}
 
 
 @dataclass

@@ -3,6 +3,7 @@
     errors.ValidationError (and subclasses)  -> 400 {field: [message]}
     errors.NotFound (and subclasses)         -> 404 {"detail": message}
     errors.InvalidStateTransition            -> 409 {"detail": message}
+      errors.VersionConflict                 -> 409 {"detail": message, "version": the current version}
     any other errors.DistschedError          -> 400 {"non_field_errors": [message]}
     Django's RequestDataTooBig               -> 413 {"detail": message} (not Django's HTML page)
 
@@ -74,10 +75,13 @@ def as_field_errors(exc: exceptions.APIException) -> exceptions.ValidationError:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    exc = translate(exc)
+    original, exc = exc, translate(exc)
     if isinstance(exc, exceptions.APIException) and exc.status_code == status.HTTP_400_BAD_REQUEST:
         exc = as_field_errors(exc)
-    return drf_exception_handler(exc, context)
+    response = drf_exception_handler(exc, context)
+    if isinstance(original, errors.VersionConflict) and response is not None:
+        response.data["version"] = original.current  # what to read again before retrying
+    return response
 
 
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
@@ -110,7 +114,8 @@ _DESCRIPTIONS = {
     403: "Authenticated, but without the permission this action needs (`view_*` to read, `add_schedule`, "
     "`add_run`, `change_*`, `delete_schedule`), or a session write without its CSRF token.",
     404: "No such resource (or an invalid cursor).",
-    409: "The run's current state does not allow this action.",
+    409: "The current state does not allow this action: a run's state, or (with `expected_version`) a schedule "
+    "changed since that version (`version` is its version now).",
     413: "The request body is larger than `DATA_UPLOAD_MAX_MEMORY_SIZE`.",
     415: "The request body is not JSON.",
 }

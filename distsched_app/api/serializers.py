@@ -67,6 +67,7 @@ SCHEDULE_FIELDS = [
     "catch_up",
     "overlap",
     "queue",
+    "version",
     "created_at",
     "updated_at",
 ]
@@ -90,6 +91,7 @@ RUN_FIELDS = [
     "queue",
     "priority",
     "origin",
+    "schedule_version",
     "idempotency_key",
     "unique_key",
     "retry_policy",
@@ -128,6 +130,10 @@ def _datetime(value: datetime | None) -> str | None:
 class ScheduleSerializer(serializers.ModelSerializer):
     args = json_list(read_only=True)
     kwargs = json_object(read_only=True)
+    version = serializers.IntegerField(
+        read_only=True,
+        help_text="+1 on every change (GET .../history lists them); PATCH may name it as `expected_version`.",
+    )
 
     class Meta:
         model = Schedule
@@ -182,7 +188,11 @@ class RetryPolicySerializer(serializers.Serializer):
 
 class RunSerializer(serializers.ModelSerializer):
     schedule = serializers.SerializerMethodField(
-        help_text="The name of the schedule this run belongs to; null for an enqueued run (origin `enqueued`)."
+        help_text="The name of the schedule this run belongs to (kept when the schedule is deleted); null for an "
+        "enqueued run (origin `enqueued`)."
+    )
+    schedule_version = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="The version of its schedule that made it; null when enqueued."
     )
     args = json_list(read_only=True)
     kwargs = json_object(read_only=True)
@@ -502,6 +512,18 @@ class ScheduleChangeSerializer(serializers.Serializer):
     catch_up = serializers.ChoiceField(choices=CatchUp.choices, required=False)
     overlap = serializers.ChoiceField(choices=Overlap.choices, required=False)
     queue = StrictCharField(max_length=100, required=False)
+    expected_version = StrictIntegerField(
+        min_value=1,
+        required=False,
+        help_text="The version you read: if someone changed the schedule since, nothing is written (409).",
+    )
+    reason = StrictCharField(
+        max_length=1000,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="Why, for whoever reads the history later.",
+    )
 
 
 @extend_schema_field({"type": "string", "pattern": QUEUE_RE.pattern})
@@ -559,6 +581,8 @@ class ScheduleNameField(StrictCharField):
 
 class ScheduleCreateSerializer(ScheduleChangeSerializer):
     """A new schedule: `name` and `task_name`, plus exactly one of interval_seconds, cron or run_at."""
+
+    expected_version = None  # type: ignore[assignment]  # a new schedule has no version to expect
 
     name = ScheduleNameField(
         max_length=NAME_MAX, help_text="Unique slug: letters, digits, '-' and '_'. Cannot be changed later."

@@ -37,6 +37,7 @@ from ..services import stats as stats_service
 from .errors import error_responses, exception_handler
 from .examples import CHANGE_EXAMPLES, CREATE_EXAMPLES, ENQUEUE_EXAMPLES, ID_PARAM, MAX_RUN_ID, NAME_PARAM
 from .filters import RunFilter, ScheduleFilter
+from .history import ReasonSerializer, ScheduleHistoryActions, changed_by, reason_of
 from .pagination import ByNamePagination, ByWorkerIdPagination, NewestFirstPagination, OldestFirstPagination
 from .parsers import BoundedJSONParser
 from .permissions import ModelPermissions, may, may_read
@@ -109,19 +110,21 @@ def actor(request: Request) -> str:
         responses={200: ScheduleDetailSerializer, **error_responses(404)},
     ),
     partial_update=extend_schema(
-        summary="Change a schedule (a changed recurrence restarts from now)",
+        summary="Change a schedule (a changed recurrence restarts from now); with `expected_version`, only if "
+        "nobody changed it since (else 409)",
         parameters=[NAME_PARAM],
         request=ScheduleChangeSerializer,
         examples=CHANGE_EXAMPLES,
-        responses={200: ScheduleDetailSerializer, **error_responses(400, 404, 415)},
+        responses={200: ScheduleDetailSerializer, **error_responses(400, 404, 409, 415)},
     ),
     destroy=extend_schema(
-        summary="Delete a schedule with its runs and their history",
+        summary="Delete a schedule: its runs and their history stay (waiting runs are cancelled, running ones "
+        "asked to stop); its own history stays readable",
         parameters=[NAME_PARAM],
         responses={204: None, **error_responses(404)},
     ),
 )
-class ScheduleViewSet(ApiView, viewsets.GenericViewSet):
+class ScheduleViewSet(ScheduleHistoryActions, ApiView, viewsets.GenericViewSet):
     """Schedules, addressed by their unique name."""
 
     required_permissions = {
@@ -132,6 +135,8 @@ class ScheduleViewSet(ApiView, viewsets.GenericViewSet):
         "pause": may("change", "schedule"),
         "resume": may("change", "schedule"),
         "trigger": may("change", "schedule"),
+        "restore": may("change", "schedule"),
+        "history": may_read("schedule"),
         "destroy": may("delete", "schedule"),
     }
     queryset = Schedule.objects.all()
@@ -160,7 +165,11 @@ class ScheduleViewSet(ApiView, viewsets.GenericViewSet):
         serializer.is_valid(raise_exception=True)
         options = dict(serializer.validated_data)
         schedule = schedule_service.create_schedule(
-            name=options.pop("name"), task_name=options.pop("task_name"), now=self.now(), **options
+            name=options.pop("name"),
+            task_name=options.pop("task_name"),
+            now=self.now(),
+            **changed_by(request, options.pop("reason", "")),
+            **options,
         )
         return Response(ScheduleDetailSerializer(schedule).data, status=status.HTTP_201_CREATED)
 
@@ -172,48 +181,58 @@ class ScheduleViewSet(ApiView, viewsets.GenericViewSet):
         schedule_service.get_schedule(name)  # an unknown name is a 404 whatever the body
         serializer = ScheduleChangeSerializer(data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
-        schedule = schedule_service.update_schedule(name, now=self.now(), **serializer.validated_data)
+        changes = dict(serializer.validated_data)
+        schedule = schedule_service.update_schedule(
+            name,
+            now=self.now(),
+            expected_version=changes.pop("expected_version", None),
+            **changed_by(request, changes.pop("reason", "")),
+            **changes,
+        )
         return Response(ScheduleDetailSerializer(schedule).data)
 
     def destroy(self, request: Request, name: str) -> Response:
-        schedule_service.delete_schedule(name)
+        schedule_service.delete_schedule(name, now=self.now(), **changed_by(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
         operation_id="schedules_pause",
         summary="Pause: create no new runs (existing runs carry on)",
         parameters=[NAME_PARAM],
-        request=None,
-        responses={200: ScheduleDetailSerializer, **error_responses(404)},
+        request=ReasonSerializer,
+        responses={200: ScheduleDetailSerializer, **error_responses(400, 404, 415)},
     )
     @action(detail=True, methods=["post"])
     def pause(self, request: Request, name: str) -> Response:
-        schedule = schedule_service.pause_schedule(name, now=self.now())
+        reason = reason_of(request)
+        schedule = schedule_service.pause_schedule(name, now=self.now(), **changed_by(request, reason))
         return Response(ScheduleDetailSerializer(schedule).data)
 
     @extend_schema(
         operation_id="schedules_resume",
         summary="Resume: the next tick applies the catch-up policy",
         parameters=[NAME_PARAM],
-        request=None,
-        responses={200: ScheduleDetailSerializer, **error_responses(404)},
+        request=ReasonSerializer,
+        responses={200: ScheduleDetailSerializer, **error_responses(400, 404, 415)},
     )
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, name: str) -> Response:
-        schedule = schedule_service.resume_schedule(name, now=self.now())
+        reason = reason_of(request)
+        schedule = schedule_service.resume_schedule(name, now=self.now(), **changed_by(request, reason))
         return Response(ScheduleDetailSerializer(schedule).data)
 
     @extend_schema(
         operation_id="schedules_trigger",
         summary="Create one manual run now",
         parameters=[NAME_PARAM],
-        request=None,
-        responses={201: RunSerializer, **error_responses(404)},
+        request=ReasonSerializer,
+        responses={201: RunSerializer, **error_responses(400, 404, 415)},
     )
     @action(detail=True, methods=["post"])
     def trigger(self, request: Request, name: str) -> Response:
+        reason = reason_of(request)
         run = schedule_service.trigger_schedule(
-            name, now=self.now(), message=f"triggered by {actor(request)} via the API"
+            name, now=self.now(), message=f"triggered by {actor(request)} via the API", **changed_by(request, reason)
         )
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
@@ -330,24 +349,24 @@ class RunViewSet(ApiView, viewsets.GenericViewSet):
         operation_id="runs_cancel",
         summary="Cancel: pending/retrying at once; leased/running cooperatively (cancel_requested)",
         parameters=[ID_PARAM],
-        request=None,
-        responses={200: RunSerializer, **error_responses(404, 409)},
+        request=ReasonSerializer,
+        responses={200: RunSerializer, **error_responses(400, 404, 409, 415)},
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, id: str) -> Response:
-        run = run_service.cancel_run(run_id(id), now=self.now(), by=actor(request))
+        run = run_service.cancel_run(run_id(id), now=self.now(), **changed_by(request, reason_of(request)))
         return Response(RunSerializer(run).data)
 
     @extend_schema(
         operation_id="runs_requeue",
         summary="Requeue a dead or cancelled run with a fresh attempt budget",
         parameters=[ID_PARAM],
-        request=None,
-        responses={200: RunSerializer, **error_responses(404, 409)},
+        request=ReasonSerializer,
+        responses={200: RunSerializer, **error_responses(400, 404, 409, 415)},
     )
     @action(detail=True, methods=["post"])
     def requeue(self, request: Request, id: str) -> Response:
-        run = run_service.requeue_run(run_id(id), now=self.now(), by=actor(request))
+        run = run_service.requeue_run(run_id(id), now=self.now(), **changed_by(request, reason_of(request)))
         return Response(RunSerializer(run).data)
 
 

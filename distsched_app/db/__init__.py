@@ -6,6 +6,7 @@ Nothing outside this package reads ``connection.vendor`` or ``connection.feature
                  elsewhere chunked VALUES lists), columns and types from the models
     locks        skip-locked and row-locked selects, a no-op on SQLite (BEGIN IMMEDIATE)
     expressions  SQL functions with a SQLite branch (Microseconds, UTCHour)
-    server       what only some servers tell: their clock, a row estimate, costly counts
+    server       what only some servers tell: their clock, a row estimate, costly counts;
+                 the database named for a log line (no credentials)
     retry        the one backoff-and-retry helper for transient database errors
 """

@@ -250,6 +250,7 @@ class Triggered:
     max_attempts: int
     queue: str
     trace_context: dict[str, str] | None
+    schedule_version: int | None = None
 
 
 def insert_triggered(
@@ -264,16 +265,16 @@ def insert_triggered(
     columns = (
         "id, schedule_id, task_name, args, kwargs, state, scheduled_for, available_at, attempts, max_attempts, "
         "lease_owner, last_error, queue, origin, idempotency_key, cancel_requested, created_at, updated_at, "
-        "trace_context"
+        "trace_context, schedule_version"
     )
-    back = "id, schedule_id, task_name, args, kwargs, max_attempts, queue"
+    back = "id, schedule_id, task_name, args, kwargs, max_attempts, queue, schedule_version"
     key = f"{Origin.MANUAL.value}:"
     if connection.vendor == "postgresql":
         sql = (
             f"WITH s AS (SELECT nextval(pg_get_serial_sequence(%s, 'id')) AS id, x.id AS schedule_id, "  # noqa: S608
-            f"x.task_name, x.args, x.kwargs, x.max_attempts, x.queue FROM {schedules} x WHERE x.name = %s), "
+            f"x.task_name, x.args, x.kwargs, x.max_attempts, x.queue, x.version FROM {schedules} x WHERE x.name = %s), "
             f"r AS (INSERT INTO {runs} ({columns}) SELECT s.id, s.schedule_id, s.task_name, s.args, s.kwargs, %s, "
-            f"%s, %s, 0, s.max_attempts, '', '', s.queue, %s, %s || s.id, false, %s, %s, %s::jsonb FROM s "
+            f"%s, %s, 0, s.max_attempts, '', '', s.queue, %s, %s || s.id, false, %s, %s, %s::jsonb, s.version FROM s "
             f"RETURNING {back}), "
             f"e AS ({_event_sql('r')}) SELECT {back}"
             + (f", pg_notify('{CHANNEL}', queue) FROM r" if notify.enabled() else " FROM r")
@@ -286,7 +287,7 @@ def insert_triggered(
         with nullcontext() if connection.in_atomic_block else transaction.atomic():
             sql = (
                 f"INSERT INTO {runs} ({columns}) SELECT n.id, x.id, x.task_name, x.args, x.kwargs, %s, %s, %s, 0, "  # noqa: S608
-                f"x.max_attempts, '', '', x.queue, %s, %s || n.id, 0, %s, %s, %s FROM {schedules} x, "
+                f"x.max_attempts, '', '', x.queue, %s, %s || n.id, 0, %s, %s, %s, x.version FROM {schedules} x, "
                 f"({_next_id_sql()}) "
                 f"AS n WHERE x.name = %s RETURNING {back}"
             )
@@ -301,7 +302,7 @@ def insert_triggered(
                 )
     if not rows:
         return None
-    run_id, schedule_id, task_name, args, kwargs, max_attempts, queue = rows[0][:7]
+    run_id, schedule_id, task_name, args, kwargs, max_attempts, queue, version = rows[0][:8]
     return Triggered(
         run_id=run_id,
         schedule_id=schedule_id,
@@ -311,6 +312,7 @@ def insert_triggered(
         max_attempts=max_attempts,
         queue=queue,
         trace_context=trace_context,
+        schedule_version=version,
     )
 
 

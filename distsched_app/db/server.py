@@ -47,3 +47,17 @@ def counts_are_costly() -> bool:
     counts as many in ~70 ms and is never cached.
     """
     return connection.vendor == "postgresql"
+
+
+def describe(using: str = "default") -> str:
+    """The database a process talks to, for its start log line: vendor, server and name,
+    as a URL without user or password (``postgresql://db1:5432/distsched``,
+    ``sqlite:////var/lib/distsched/db.sqlite3``), so two processes on different
+    databases are told apart at a glance and no credential reaches a log."""
+    db = connections[using]
+    settings = db.settings_dict
+    name = str(settings.get("NAME") or "")
+    if db.vendor == "sqlite":
+        return f"sqlite:///{name}"  # a path: sqlite:////abs/db.sqlite3, as DATABASE_URL writes it
+    host, port = str(settings.get("HOST") or ""), str(settings.get("PORT") or "")
+    return f"{db.vendor}://{host}{':' + port if port else ''}/{name}"

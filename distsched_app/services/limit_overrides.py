@@ -6,7 +6,8 @@ An override is stored on the limit's ``Limit`` row and wins over the declaration
 never undoes an override. The next claim obeys it: admission reads the overrides in force on
 every claim that meets a limited run. Setting, resetting and expiring each write a
 ``LimitEvent`` (who, when, why, what) in the same transaction, and re-examine the limit's
-blocked runs there too, so a raised cap lets them through at once.
+blocked runs there too, so a raised cap lets them through at once. Each is also an entry of
+the operators' action log (``services.audit``), with ``source`` saying where it came from.
 """
 
 from __future__ import annotations
@@ -19,10 +20,22 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Count, F, Q
 
+from ..clock import iso_utc
 from ..errors import NotFound, ValidationError
-from ..models import LEASED_STATES, Limit, LimitAction, LimitEvent, LimitHold, Run, RunState
+from ..models import (
+    LEASED_STATES,
+    AuditAction,
+    AuditSource,
+    AuditTarget,
+    Limit,
+    LimitAction,
+    LimitEvent,
+    LimitHold,
+    Run,
+    RunState,
+)
+from . import audit, limits
 from . import limit_rules as rules
-from . import limits
 from .queues import _actor, _reason
 
 MAX_OVERRIDE_SECONDS = 366 * 86400
@@ -90,12 +103,14 @@ def set_override(
     reason: Any = "",
     for_seconds: Any = None,
     until: Any = None,
+    source: str = AuditSource.CODE,
 ) -> LimitChange:
     """Override the limit's numbers (replacing an earlier override) until ``for_seconds`` from
     now or ``until`` (neither: until reset)."""
     spec = _spec(name)
     override = validate_override(values, spec)
     actor, why, ends = _actor(by), _reason(reason), _until(now, for_seconds, until)
+    who = audit.who(actor, source, why)
     with transaction.atomic():
         Limit.objects.bulk_create([Limit(name=spec.name)], ignore_conflicts=True)
         Limit.objects.filter(name=spec.name).update(
@@ -106,13 +121,31 @@ def set_override(
             created_at=now,
         )  # fmt: skip
         released = limits.let_all_through(spec.name, now)
+        _audited(spec.name, AuditAction.OVERRIDE, now=now, who=who, override=override, until=ends, released=released)
     return LimitChange(limit=spec.name, override=override, until=ends, released=released)
 
 
-def reset_override(name: Any, *, now: datetime, by: Any, reason: Any = "") -> LimitChange:
+def _audited(
+    name: str,
+    action: str,
+    *,
+    now: datetime,
+    who: tuple[str, str, str],
+    override: dict[str, Any] | None = None,
+    until: datetime | None = None,
+    released: int = 0,
+) -> None:
+    data = {"override": override, "until": iso_utc(until) if until else None, "released": released}
+    audit.record(kind=AuditTarget.LIMIT, target=name, action=action, now=now, who=who, data=data)
+
+
+def reset_override(
+    name: Any, *, now: datetime, by: Any, reason: Any = "", source: str = AuditSource.CODE
+) -> LimitChange:
     """Back to the declared numbers. Idempotent: with no override in force nothing is written."""
     spec = _spec(name)
     actor, why = _actor(by), _reason(reason)
+    who = audit.who(actor, source, why)
     with transaction.atomic():
         row = Limit.objects.select_for_update().filter(name=spec.name, override__isnull=False).first()
         if row is not None and row.override_until is not None and row.override_until <= now:
@@ -123,6 +156,7 @@ def reset_override(name: Any, *, now: datetime, by: Any, reason: Any = "") -> Li
         _clear(row.name)
         LimitEvent.objects.create(limit=spec.name, action=LimitAction.RESET, actor=actor, reason=why, created_at=now)
         released = limits.let_all_through(spec.name, now)
+        _audited(spec.name, AuditAction.RESET, now=now, who=who, released=released)
     return LimitChange(limit=spec.name, override=None, until=None, released=released)
 
 
@@ -150,7 +184,12 @@ def _expired(row: Limit, now: datetime) -> int:
         limit=row.name, action=LimitAction.EXPIRED, actor="distsched", reason="the override's time is up",
         override=row.override, until=row.override_until, created_at=now,
     )  # fmt: skip
-    return limits.let_all_through(row.name, now) if row.name in rules.declared() else 0
+    released = limits.let_all_through(row.name, now) if row.name in rules.declared() else 0
+    _audited(
+        row.name, AuditAction.EXPIRED, now=now, who=("distsched", AuditSource.SYSTEM, "the override's time is up"),
+        override=row.override, until=row.override_until, released=released,
+    )  # fmt: skip
+    return released
 
 
 def limit_events(name: Any, *, limit: int = 50) -> list[LimitEvent]:

@@ -5,10 +5,17 @@ cutoff are deleted, with their events; a pending, retrying, leased or running
 run is never touched, whatever its age. Deletion goes in small batches, each
 its own short transaction, so pruning a million rows never holds a long lock
 that would stall claims and ticks.
+
+A caller that shows progress passes ``progress``: the prunable runs are counted
+first (one count over the ``finished_at`` index), and it is called before the
+first batch and after each committed one. Ctrl-C (``KeyboardInterrupt``, from
+the callback or from anywhere inside) becomes ``PruneInterrupted``, which says
+what the committed batches deleted; the batch in flight rolls back whole.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -34,6 +41,31 @@ class PruneResult:
     batches: int = 0
 
 
+@dataclass(frozen=True, kw_only=True)
+class PruneProgress:
+    """Where a prune stands: what the committed batches deleted, out of ``total``.
+
+    ``total`` is the count taken before the first batch: runs finishing or pruned
+    by someone else meanwhile make it an estimate, so ``runs`` may end above or below it.
+    """
+
+    runs: int
+    events: int
+    batches: int
+    total: int
+    cutoff: datetime
+
+
+class PruneInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a prune. ``done`` is what the batches committed before it deleted
+    (no worker rows: those go last); the batch in flight rolled back, nothing is half-deleted.
+    A KeyboardInterrupt still, so code that knows nothing of it stops as before."""
+
+    def __init__(self, done: PruneResult) -> None:
+        super().__init__(f"prune interrupted after {done.runs} run(s)")
+        self.done = done
+
+
 def prunable_runs(cutoff: datetime) -> RunQuerySet:
     """Finished runs older than ``cutoff``: terminal state and ``finished_at`` before it."""
     return Run.objects.filter(state__in=TERMINAL_STATES, finished_at__lt=cutoff)
@@ -45,12 +77,17 @@ def prune_runs(
     now: datetime,
     batch_size: int = DEFAULT_BATCH_SIZE,
     dry_run: bool = False,
+    progress: Callable[[PruneProgress], None] | None = None,
 ) -> PruneResult:
     """Delete finished runs (and their events) that finished before ``now - older_than``.
 
     Also deletes workers whose last heartbeat is older than the cutoff: stopped
     workers, and workers that died without saying so (a worker that is alive
     heartbeats every few seconds, and re-registers if its row is gone).
+
+    ``progress`` (not called on a dry run) is told where the prune stands after
+    each batch; a ``KeyboardInterrupt`` it raises stops the prune between batches
+    (``PruneInterrupted``).
     """
     if not isinstance(older_than, timedelta) or older_than < timedelta(0):
         raise ValidationError("older_than must be a non-negative duration", field="older_than")
@@ -71,16 +108,30 @@ def prune_runs(
             dry_run=True,
         )
     total_runs = total_events = batches = 0
-    last_id: int | None = 0
-    while last_id is not None:
-        deleted_runs, deleted_events, last_id = _prune_batch(cutoff, batch_size, last_id)
-        if last_id is None:
-            break
-        batches += 1
-        total_runs += deleted_runs
-        total_events += deleted_events
-    with transaction.atomic():
-        workers, _ = old_workers.delete()
+    try:
+        # Counted only for a caller that shows progress: the count is its ETA's denominator.
+        total = prunable_runs(cutoff).count() if progress is not None else 0
+        last_id: int | None = 0
+        while last_id is not None:
+            if progress is not None:
+                progress(
+                    PruneProgress(runs=total_runs, events=total_events, batches=batches, total=total, cutoff=cutoff)
+                )
+            deleted_runs, deleted_events, last_id = _prune_batch(cutoff, batch_size, last_id)
+            if last_id is None:
+                break
+            batches += 1
+            total_runs += deleted_runs
+            total_events += deleted_events
+        with transaction.atomic():
+            workers, _ = old_workers.delete()
+    except KeyboardInterrupt:
+        # Raised inside a batch, its transaction rolled back: the totals are the committed batches'
+        # (short by one only if the interrupt lands between a batch's COMMIT and its return).
+        done = PruneResult(
+            runs=total_runs, events=total_events, workers=0, cutoff=cutoff, dry_run=False, batches=batches
+        )
+        raise PruneInterrupted(done) from None
     return PruneResult(
         runs=total_runs, events=total_events, workers=workers, cutoff=cutoff, dry_run=False, batches=batches
     )

@@ -8,6 +8,7 @@ so a page costs the same number of queries whatever its size.
 from __future__ import annotations
 
 from django.db.models import F, QuerySet
+from django.db.models.functions import Coalesce
 
 from ..models import Run, RunEvent, Schedule, Worker
 
@@ -17,12 +18,13 @@ def schedules() -> QuerySet[Schedule]:
 
 
 def runs() -> QuerySet[Run]:
-    """All runs, with their schedule's name joined in as ``schedule_name``.
+    """All runs, with their schedule's name joined in as ``schedule_name`` (the name a run kept
+    when its schedule was deleted, ``None`` for an enqueued run).
 
     An annotation rather than ``select_related``: a list needs one column of
     the schedule, not its (possibly large) JSON payload on every row.
     """
-    return Run.objects.annotate(schedule_name=F("schedule__name"))
+    return Run.objects.annotate(schedule_name=Coalesce(F("schedule__name"), F("deleted_schedule")))
 
 
 def run_events(run_id: int) -> QuerySet[RunEvent]:

@@ -17,6 +17,9 @@ when, why), and both are idempotent:
   to change the reason, resume and pause again;
 - resuming a queue that is not paused writes nothing (``changed`` False).
 
+Each pause and resume that changes something is also an entry of the action log
+(``services.audit``), with ``source`` saying where it came from.
+
 Resuming notifies the queue inside its transaction (``db.notify``: delivered
 at commit), so idle PostgreSQL workers claim its runs at once instead of at
 their next poll.
@@ -35,7 +38,8 @@ from django.db.models import Count
 
 from ..db import notify
 from ..errors import ValidationError
-from ..models import ACTIVE_STATES, QueueAction, QueueEvent, QueuePause, Run
+from ..models import ACTIVE_STATES, AuditAction, AuditSource, AuditTarget, QueueAction, QueueEvent, QueuePause, Run
+from . import audit
 from .validation import QUEUE_RE, check_storable, validate_queue
 
 MAX_REASON = 1000
@@ -66,10 +70,11 @@ class QueueSummary:
         return self.pause is not None
 
 
-def pause_queue(name: Any, *, now: datetime, by: Any, reason: Any = "") -> QueueChange:
+def pause_queue(name: Any, *, now: datetime, by: Any, reason: Any = "", source: str = AuditSource.CODE) -> QueueChange:
     """Stop claims of the queue's runs until it is resumed (new runs still arrive and wait)."""
     queue = validate_queue(name)
     actor, why = _actor(by), _reason(reason)
+    who = audit.who(actor, source, why)
     with transaction.atomic():
         # The primary key decides: of two concurrent pauses one inserts, the other reads its row.
         pause, created = QueuePause.objects.get_or_create(
@@ -77,13 +82,15 @@ def pause_queue(name: Any, *, now: datetime, by: Any, reason: Any = "") -> Queue
         )
         if created:
             QueueEvent.objects.create(queue=queue, action=QueueAction.PAUSE, actor=actor, reason=why, created_at=now)
+            audit.record(kind=AuditTarget.QUEUE, target=queue, action=AuditAction.PAUSE, now=now, who=who)
     return QueueChange(queue=queue, changed=created, pause=pause)
 
 
-def resume_queue(name: Any, *, now: datetime, by: Any) -> QueueChange:
+def resume_queue(name: Any, *, now: datetime, by: Any, source: str = AuditSource.CODE) -> QueueChange:
     """Let workers claim the queue's runs again, and wake the idle ones (PostgreSQL)."""
     queue = _resumable(name)
     actor = _actor(by)
+    who = audit.who(actor, source, "")
     with transaction.atomic():
         # Locked: of two concurrent resumes the second waits, then finds no row and writes nothing.
         pause = QueuePause.objects.select_for_update().filter(queue=queue).first()
@@ -91,6 +98,7 @@ def resume_queue(name: Any, *, now: datetime, by: Any) -> QueueChange:
             return QueueChange(queue=queue, changed=False, pause=None)
         QueuePause.objects.filter(queue=queue).delete()
         QueueEvent.objects.create(queue=queue, action=QueueAction.RESUME, actor=actor, reason="", created_at=now)
+        audit.record(kind=AuditTarget.QUEUE, target=queue, action=AuditAction.RESUME, now=now, who=who)
         notify.notify([queue])  # delivered at commit, dropped on rollback
     return QueueChange(queue=queue, changed=True, pause=pause)
 

@@ -1,4 +1,5 @@
-"""Operator actions on runs: read, cancel, requeue."""
+"""Operator actions on runs: read, cancel, requeue. Each cancel and requeue is recorded in the
+action log (``services.audit``) in its transaction: who, from where, why."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from django.db import IntegrityError, transaction
 
 from ..db import notify
 from ..errors import InvalidStateTransition, RunNotFound, UniqueKeyTaken
-from ..models import ACTIVE_STATES, EventType, Run, RunEvent, RunState
-from . import events
+from ..models import ACTIVE_STATES, AuditAction, AuditSource, AuditTarget, EventType, Run, RunEvent, RunState
+from . import audit, events
 from .outcomes import retry_policy_of
 
 CANCELLABLE_AT_ONCE = (RunState.PENDING, RunState.RETRYING, RunState.BLOCKED)
@@ -37,17 +38,35 @@ def _locked(run_id: int) -> Run:
         raise RunNotFound(f"no run with id {run_id!r}") from None
 
 
-def cancel_run(run_id: int, *, now: datetime, by: str = "") -> Run:
+def _by(who: tuple[str, str, str]) -> str:
+    """How the run's history names the operator: "by <actor>", and why when they said."""
+    actor, _, reason = who
+    return f"by {actor}: {reason}" if reason else f"by {actor}"
+
+
+def _audited(run: Run, action: str, *, now: datetime, who: tuple[str, str, str]) -> None:
+    audit.record(
+        kind=AuditTarget.RUN, target=str(run.pk), action=action, now=now, who=who,
+        schedule_id=run.schedule_id, data={"state": run.state, "task": run.task_name},
+    )  # fmt: skip
+
+
+def cancel_run(
+    run_id: int, *, now: datetime, actor: str = audit.CODE, source: str = AuditSource.CODE, reason: str = ""
+) -> Run:
     """Pending, retrying and blocked runs end ``cancelled`` at once; a running run is asked to
     stop (``cancel_requested``) and its task sees ``context.cancel_requested()``.
-    The worker never kills a running function."""
+    The worker never kills a running function. A second cancel of a running run changes
+    nothing and is not recorded again."""
+    who = audit.who(actor, source, reason)
     with transaction.atomic():
         run = _locked(run_id)
         if run.state not in CANCELLABLE_AT_ONCE + CANCELLABLE_COOPERATIVELY:
             raise InvalidStateTransition(
                 f"run {run.pk} is {run.state}; only pending, retrying, blocked, leased or running runs can be cancelled"
             )
-        cancel_locked(run, now=now, reason=f"by {by or 'operator'}")
+        if cancel_locked(run, now=now, reason=_by(who)):
+            _audited(run, AuditAction.CANCEL, now=now, who=who)
     return run
 
 
@@ -89,13 +108,16 @@ def _key_taken(run: Run, holder: int | None) -> UniqueKeyTaken:
     )
 
 
-def requeue_run(run_id: int, *, now: datetime, by: str = "") -> Run:
+def requeue_run(
+    run_id: int, *, now: datetime, actor: str = audit.CODE, source: str = AuditSource.CODE, reason: str = ""
+) -> Run:
     """Put a dead or cancelled run back to ``pending`` now with a fresh attempt
     budget. ``attempts`` is kept, so the fencing token only ever grows.
 
     A run whose unique key another unfinished run of its task holds now (enqueued
     since this one finished) is refused with ``UniqueKeyTaken``: at most one
     unfinished run per task and key."""
+    who = audit.who(actor, source, reason)
     with transaction.atomic():
         run = _locked(run_id)
         if run.state not in REQUEUEABLE:
@@ -137,8 +159,9 @@ def requeue_run(run_id: int, *, now: datetime, by: str = "") -> Run:
             run,
             EventType.REQUEUED,
             now=now,
-            message=f"requeued by {by or 'operator'}; up to {run.max_attempts - run.attempts} more attempt(s)",
+            message=f"requeued {_by(who)}; up to {run.max_attempts - run.attempts} more attempt(s)",
         )
+        _audited(run, AuditAction.REQUEUE, now=now, who=who)
     return run
 
 

@@ -238,6 +238,7 @@ def _run_values(now: datetime) -> dict[str, str | bulk.Bind]:
         "idempotency_key": "u.idempotency_key",
         "cancel_requested": "false",
         "held_by": "u.held_by",
+        "schedule_version": "s.version",
         "created_at": bulk.Bind(now),
         "updated_at": bulk.Bind(now),
     }

@@ -98,3 +98,8 @@ def measure_clock_skew() -> float | None:
     after = timezone.now()
     local = before + (after - before) / 2
     return (local - db_now).total_seconds()
+
+
+def database_label() -> str:
+    """The database workers and tickers talk to, as their start log line names it (no credentials)."""
+    return server.describe()

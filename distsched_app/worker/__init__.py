@@ -155,12 +155,16 @@ class Worker:
         self.log(
             logging.INFO,
             "worker started",
+            database=workers.database_label(),
             queues=",".join(self.queues),
             capabilities=",".join(self.capabilities) or "-",
             not_taking=",".join(excluded_tasks(self.capabilities)) or None,
             lease=self.lease_seconds,
             prefetch=self.prefetch,
             concurrency=self.concurrency,
+            tick="with-tick" if self.with_tick else "no",
+            tasks=len(self.registry.names()),
+            pid=os.getpid(),
         )
         skew = self.check_clock_skew()
         if skew is not None:
@@ -206,9 +210,12 @@ class Worker:
 
     # -- logging --------------------------------------------------------------------
 
-    def log(self, level: int, message: str, **fields: Any) -> None:
+    def log(self, level: int, message: str, *args: Any, **fields: Any) -> None:
+        """``args`` fill ``%s`` in ``message`` (one template per kind of line); ``fields`` are the
+        key=value or JSON fields."""
         if logger.isEnabledFor(level):
             data: dict[str, Any] = {"worker_id": self.worker_id}
             # Task errors reach log lines too: escaped, so no handler's encoder can fail on them.
             data.update({k: storable(v) if isinstance(v, str) else v for k, v in fields.items() if v is not None})
-            logger.log(level, message, extra={"distsched": data})
+            escaped = tuple(storable(a) if isinstance(a, str) else a for a in args)
+            logger.log(level, message, *escaped, extra={"distsched": data})

@@ -164,7 +164,7 @@ class Loop:
         context = RunContext(
             run_id=run.pk,
             schedule_id=run.schedule_id,
-            schedule_name=run.schedule.name if run.schedule is not None else "",
+            schedule_name=run.schedule.name if run.schedule is not None else (run.deleted_schedule or ""),
             worker_id=w.worker_id,
             scheduled_for=run.scheduled_for,
             attempt=run.attempts,

@@ -263,14 +263,20 @@ class Recorder:
         """``label`` names a run not recorded as ``state``: lease_lost or unrecorded."""
         run = attempt.run
         level = logging.INFO if state in (RunState.SUCCEEDED, RunState.CANCELLED) else logging.WARNING
+        error = attempt.error[:200] if attempt.error else None
+        # The message itself names the outcome and the exception, so a handler that prints only
+        # ``%(message)s`` (Python's default, a host project's own format) still says what failed.
+        message, args = ("run finished (%s): %s", (state or label, error)) if error else ("run finished", ())
         self.worker.log(
             level,
-            "run finished",
+            message,
+            *args,
             run_id=run.pk,
             schedule=run.schedule.name if run.schedule is not None else None,
             task=run.task_name,
             attempt=run.attempts,
             state=state or label,
             duration=f"{attempt.duration:.3f}",
-            error=attempt.error[:200] if attempt.error else None,
+            error=error,
+            error_class=attempt.error_class or None,
         )

@@ -1,4 +1,4 @@
-"""The README and docs/ name only settings, commands, endpoints and metrics that exist."""
+"""The README and the docs site name only settings, commands, endpoints and metrics that exist."""
 
 from __future__ import annotations
 
@@ -14,17 +14,29 @@ from distsched_app.backends import OPTION_NAMES
 from distsched_app.conf import DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-TEXT = {path.name: path.read_text() for path in DOCS}
+# Hand-written pages only: docs/_generated (made from the code at build time) and docs/_build are not read.
+PAGES = [p for p in sorted((ROOT / "docs").rglob("*.md")) if not any(part.startswith("_") for part in p.parts)]
+DOCS = [ROOT / "README.md", ROOT / "CHANGELOG.md", *PAGES]
+TEXT = {path.relative_to(ROOT).as_posix(): path.read_text() for path in DOCS}
 
 
 def test_every_setting_is_documented_and_every_documented_setting_exists():
-    table = re.findall(r"^\| `([A-Z_]+)` \|", TEXT["README.md"], re.MULTILINE)
+    table = re.findall(r"^\| `([A-Z_]+)` \|", TEXT["docs/reference/settings.md"], re.MULTILINE)
     assert set(table) == set(DEFAULTS), set(table) ^ set(DEFAULTS)
 
 
+def test_every_event_type_and_run_state_is_documented():
+    from distsched_app.models import EventType, RunState
+
+    text = TEXT["docs/reference/events.md"]
+    events = text.split("## Event types", 1)[1].split("\n## ", 1)[0]
+    states = text.split("## Run states", 1)[1]
+    assert set(re.findall(r"^\| `([a-z_]+)` \|", events, re.MULTILINE)) == set(EventType.values)
+    assert set(re.findall(r"^\| `([a-z_]+)` \|", states, re.MULTILINE)) == set(RunState.values)
+
+
 TASKS_KEYS = {"BACKEND", "QUEUES", "OPTIONS"}
-PEERS_COMMANDS = {"db_worker"}
+PEERS_COMMANDS = {"db_worker", "prune_db_task_results", "qcluster", "qinfo"}  # django-tasks-db, django-q2
 DJANGO_DATABASE_KEYS = {"DISABLE_SERVER_SIDE_CURSORS"}
 
 
@@ -50,7 +62,7 @@ def test_commands_named_in_docs_exist():
 @pytest.mark.django_db
 def test_distsched_subcommands_in_docs_exist():
     groups = {
-        "schedule": {"create", "list", "show", "pause", "resume", "trigger"},
+        "schedule": {"create", "list", "show", "update", "pause", "resume", "trigger", "delete", "history", "restore"},
         "run": {"enqueue", "list", "show", "cancel", "requeue"},
         "worker": {"list"},
         "queue": {"pause", "resume", "list", "history"},
@@ -104,6 +116,7 @@ def test_metric_names_in_docs_are_served(client, settings):
                     "distsched_run_idem",
                     "distsched_wakeup",  # the NOTIFY channel
                     "distsched_listen",  # the listener's application_name
+                    "distsched_docs",  # docs/_ext/distsched_docs.py
                 )
             ):
                 continue  # app labels, databases, index and URL names
@@ -116,7 +129,7 @@ def variables_read_by_the_project_settings() -> set[str]:
 
 
 def test_deployment_table_lists_exactly_the_variables_the_settings_read():
-    table = set(re.findall(r"^\| `([A-Z_]+)` \|", TEXT["deployment.md"], re.MULTILINE))
+    table = set(re.findall(r"^\| `([A-Z_]+)` \|", TEXT["docs/deployment.md"], re.MULTILINE))
     read = variables_read_by_the_project_settings()
     assert "DJANGO_SECRET_KEY" in read and "DATABASE_URL" in read
     assert table == read, table ^ read

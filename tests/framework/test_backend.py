@@ -150,12 +150,13 @@ def test_one_enqueue_is_at_most_two_inserts_and_one_statement_on_postgresql():
         assert statements == ["INSERT", "INSERT"]
 
 
-def test_trigger_costs_what_an_enqueue_costs(make_schedule, scheduler):
+def test_trigger_costs_what_an_enqueue_costs_and_its_audit_entry(make_schedule, scheduler):
     make_schedule("manual")
     with transaction.atomic(), CaptureQueriesContext(connection) as queries:
         run = scheduler.trigger("manual")
     statements = [q["sql"].lstrip().split()[0].upper() for q in queries.captured_queries]
-    assert statements == (["WITH"] if connection.vendor == "postgresql" else ["INSERT", "INSERT"])
+    run_and_event = ["WITH"] if connection.vendor == "postgresql" else ["INSERT", "INSERT"]
+    assert statements == [*run_and_event, "INSERT"]  # the audit entry, in the same transaction
     stored = Run.objects.get(pk=run.pk)
     assert (stored.origin, stored.idempotency_key, stored.schedule.name) == (
         Origin.MANUAL,

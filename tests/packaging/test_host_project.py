@@ -1,11 +1,11 @@
 """The reusable app in someone else's project: wheel -> fresh venv -> startproject -> a run succeeds.
 
-Runs the README's "Installing into an existing Django project" blocks as a
-user pastes them: the Python blocks by the file their first line names
+Runs the blocks of docs/howto/install.md ("Installing into an existing Django
+project") as a user pastes them: the Python blocks by the file their first line names
 (``# settings.py`` is appended, the others written), the shell blocks in
 order (all but the ``pip install`` one, which installing the wheel replaces).
 Then the host project's own server answers ``/metrics`` with the token the
-README makes for Prometheus.
+page makes for Prometheus.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-HEADING = "## Installing into an existing Django project"
+PAGE = ROOT / "docs" / "howto" / "install.md"
 
 pytestmark = pytest.mark.slow
 
@@ -33,15 +33,14 @@ print(run.state, run.result, run.events.count())
 """
 
 
-def readme_snippets() -> tuple[dict[str, str], list[str]]:
-    """The section's files, keyed by the path their first line names, and its shell blocks."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split(f"\n{HEADING}\n", 1)[1].split("\n## ", 1)[0]
+def page_snippets() -> tuple[dict[str, str], list[str]]:
+    """The page's files, keyed by the path their first line names, and its shell blocks."""
+    section = PAGE.read_text()
     files, shell = {}, []
     for lang, body in re.findall(r"^```(\w+)\n(.*?)^```$", section, re.MULTILINE | re.DOTALL):
         if lang == "python":
             caption = re.match(r"# (\S+)\n", body)
-            assert caption, f"a Python block under {HEADING!r} does not name its file:\n{body}"
+            assert caption, f"a Python block of {PAGE.name} does not name its file:\n{body}"
             files[caption.group(1)] = body
         elif lang == "bash" and not body.startswith("pip install"):
             shell.append(body)
@@ -91,8 +90,8 @@ def wait_until_serving(server: subprocess.Popen, port: int, log: Path, timeout: 
     pytest.fail(f"runserver did not answer within {timeout}s:\n{log.read_text()[-3000:]}")
 
 
-def test_readme_snippets_cover_the_host_project():
-    files, shell = readme_snippets()
+def test_page_snippets_cover_the_host_project():
+    files, shell = page_snippets()
     assert set(files) == {"settings.py", "urls.py", "myapp/tasks.py"}
     assert len(shell) == 3
     assert "from django.urls import include, path" in files["urls.py"]
@@ -102,7 +101,7 @@ def test_readme_snippets_cover_the_host_project():
 
 
 def test_wheel_installs_into_a_fresh_project_and_runs_a_task(tmp_path: Path):
-    files, shell = readme_snippets()
+    files, shell = page_snippets()
     dist = tmp_path / "dist"
     run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(dist)], cwd=tmp_path)
     [wheel] = dist.glob("distsched-*.whl")

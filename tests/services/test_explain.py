@@ -119,7 +119,7 @@ def test_a_running_run_names_its_worker_and_lease_and_a_cancel_request(clock):
         "lease_expired": False,
         "message": "running on worker w-9, lease until 2026-03-02T09:00:30Z",
     }
-    runs.cancel_run(run.pk, now=clock.now(), by="ops")
+    runs.cancel_run(run.pk, now=clock.now(), actor="ops")
     assert [r["kind"] for r in why(run, clock)["waiting_for"]] == ["running", "cancel_requested"]
     clock.advance(31)
     reason = why(run, clock)["waiting_for"][0]

@@ -229,7 +229,7 @@ def test_unstorable_task_output_is_stored_escaped_and_the_worker_goes_on(schedul
 def test_an_operator_name_with_unstorable_text_is_escaped_in_the_history(scheduler):
     create(scheduler, name="s")
     [run] = scheduler.tick()
-    runs.cancel_run(run.pk, now=T0, by=f"ops-{SURROGATE}")
+    runs.cancel_run(run.pk, now=T0, actor=f"ops-{SURROGATE}")
     event = RunEvent.objects.get(run=run, event_type=EventType.CANCELLED)
     assert event.message == "cancelled by ops-\\udcff"
 

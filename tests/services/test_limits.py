@@ -303,14 +303,14 @@ def test_overrides_refuse_unknown_limits_and_bad_numbers(declare, clock):
     assert LimitEvent.objects.count() == 0
 
 
-def test_the_readme_example_of_limits_is_valid(declare):
+def test_the_documented_example_of_limits_is_valid(declare):
     from pathlib import Path
 
-    text = Path(__file__).resolve().parents[2].joinpath("README.md").read_text()
-    section = text.split("### Flow control: limits", 1)[1]
+    text = Path(__file__).resolve().parents[2].joinpath("docs", "explanation", "flow-control.md").read_text()
+    section = text.split("# Flow control: limits", 1)[1]
     code = section.split("```python", 1)[1].split("```", 1)[0]
     namespace: dict = {}
-    exec(code, namespace)  # noqa: S102 - our own README
+    exec(code, namespace)  # noqa: S102 - our own docs
     declare(namespace["DISTSCHED"]["LIMITS"])
     assert [e for e in check_distsched_settings(None) if e.id == "distsched.E005"] == []
     assert sorted(rules.declared()) == ["billing", "gpu", "partner-api", "reports"]

@@ -250,7 +250,7 @@ def test_an_operator_cancels_a_blocked_run_at_once(scheduler, replacing, clock):
     [second] = scheduler.tick()
     run = scheduler.cancel_run(second.pk)
     assert (run.state, run.finished_at, run.held_by) == (RunState.CANCELLED, clock.now(), "")
-    assert history(run)[-1] == (EventType.CANCELLED, "cancelled by operator")
+    assert history(run)[-1] == (EventType.CANCELLED, "cancelled by code")
     assert replacement.release_replacements([first.pk], clock.now()) == []  # nothing waits any more
     assert replacement.sweep_replacements(clock.now()) == 0
 

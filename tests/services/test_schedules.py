@@ -179,16 +179,21 @@ def test_update_unknown_field_rejected(scheduler, make_schedule):
         scheduler.update_schedule("u", next_run_at=T0)
 
 
-def test_delete_removes_schedule_and_runs(scheduler, make_schedule):
+def test_delete_keeps_the_runs_and_their_history_under_the_schedules_name(scheduler, make_schedule):
     make_schedule("d")
-    scheduler.tick()
-    assert Run.objects.count() == 1
-    scheduler.delete_schedule("d")
+    [run] = scheduler.tick()
+    assert scheduler.delete_schedule("d") == 1
     assert not Schedule.objects.exists()
-    assert not Run.objects.exists()
+    kept = Run.objects.get(pk=run.pk)
+    assert (kept.schedule_id, kept.deleted_schedule, kept.state) == (None, "d", RunState.CANCELLED)
+    assert [e.event_type for e in RunEvent.objects.filter(run=kept)] == [EventType.CREATED, EventType.CANCELLED]
+    assert RunEvent.objects.get(run=kept, event_type=EventType.CANCELLED).message == (
+        "cancelled with its schedule d (deleted by code)"
+    )
+    assert scheduler.get_run(run.pk).schedule is None
 
 
-def test_delete_removes_history_and_detaches_workers(scheduler, make_schedule, clock):
+def test_delete_asks_a_running_run_to_stop_and_keeps_the_worker_on_it(scheduler, make_schedule, clock):
     from distsched_app.models import Worker
     from distsched_app.services import claiming, workers
 
@@ -198,11 +203,12 @@ def test_delete_removes_history_and_detaches_workers(scheduler, make_schedule, c
     run = claiming.claim_next_run(worker_id="w", queues=None, lease_seconds=30, now=clock.now())
     workers.register_worker(worker_id="w", hostname="h", pid=1, queues=[], now=clock.now())
     workers.heartbeat(worker_id="w", now=clock.now(), current_run_id=run.pk)
-    scheduler.delete_schedule(run.schedule.name)
-    assert not Run.objects.filter(pk=run.pk).exists()
-    assert not RunEvent.objects.filter(run_id=run.pk).exists()
-    assert Worker.objects.get(worker_id="w").current_run_id is None
-    assert Run.objects.count() == 1 and RunEvent.objects.count() == 1  # the other schedule's
+    name = run.schedule.name
+    scheduler.delete_schedule(name)
+    kept = Run.objects.get(pk=run.pk)
+    assert (kept.state, kept.cancel_requested, kept.deleted_schedule) == (RunState.RUNNING, True, name)
+    assert Worker.objects.get(worker_id="w").current_run_id == run.pk
+    assert Run.objects.count() == 2  # the other schedule's too
 
 
 @pytest.mark.parametrize("name", ["bad\x00name", 42, None])

@@ -1,7 +1,7 @@
 """The strict cron dialect, checked against an independent brute-force oracle.
 
 The oracle below has its own field parser and its own day rule and DST
-handling, written from the README and the ``recurrence`` module docstring; it
+handling, written from docs/reference/cron.md and the ``recurrence`` module docstring; it
 uses no croniter and no distsched code, and finds the UTC instants of a wall
 time only by converting candidate instants forward (UTC -> local). It
 enumerates, for every local day in 2026-2028, the candidate times of the

@@ -1,7 +1,7 @@
 """JSON-ready dicts of schedules, runs, events and workers (the ``--json`` shapes).
 
 Datetimes are ISO 8601 in UTC; keys match the model fields, so scripts can
-rely on the names in the README's data model.
+rely on the names of the data model (docs/explanation/concepts.md).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def schedule_record(schedule: Schedule, *, upcoming: list[datetime] | None = Non
         "catch_up": schedule.catch_up,
         "overlap": schedule.overlap,
         "queue": schedule.queue,
+        "version": schedule.version,
         "created_at": iso(schedule.created_at),
         "updated_at": iso(schedule.updated_at),
     }
@@ -68,6 +69,7 @@ def run_record(run: Run) -> dict[str, Any]:
         "queue": run.queue,
         "priority": run.priority,
         "origin": run.origin,
+        "schedule_version": run.schedule_version,
         "scheduled_for": iso(run.scheduled_for),
         "available_at": iso(run.available_at),
         "attempts": run.attempts,

@@ -12,12 +12,14 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ...errors import ValidationError
-from ...models import Run, RunState, schedule_name_of
+from ...errors import DuplicateName, ScheduleNotFound, ValidationError
+from ...models import Run, RunState, Schedule, schedule_name_of
 from ...services import enqueue, explain, maintenance, queries, runs, schedules, stats, workers
 from . import limits as limit_verbs
 from . import queues as queue_verbs
-from . import records
+from . import records, schedule_changes
+from .progress import Interrupted, ProgressBar, progress_bar
+from .schedule_changes import changed_by
 from .tables import key_values, seconds, table, when
 
 Output = tuple[Any, str]  # (the --json document, the text for humans)
@@ -44,9 +46,30 @@ def schedule_create(now: datetime, o: dict[str, Any]) -> Output:
     fields = {field: o[opt] for opt, field in CREATE_OPTIONS.items() if o[opt] is not None}
     if o["paused"]:
         fields["paused"] = True
-    s = schedules.create_schedule(name=o["name"], task_name=o["task"], now=now, **fields)
+    existing = _existing_schedule(o["name"]) if o.get("if_absent") else None
+    if existing is None:
+        try:
+            s = schedules.create_schedule(name=o["name"], task_name=o["task"], now=now, **changed_by(o), **fields)
+        except DuplicateName:
+            if not o.get("if_absent"):
+                raise
+            existing = schedules.get_schedule(o["name"])  # another creator won the race for the name
+    if existing is not None:
+        return {**records.schedule_record(existing), "created": False}, (
+            f"schedule {existing.name} exists ({records.spec(existing)}, task {existing.task_name}): nothing changed"
+        )
     state = "paused" if s.paused else f"next run at {when(s.next_run_at)}"
-    return records.schedule_record(s), f"created schedule {s.name}: {records.spec(s)}, task {s.task_name}, {state}"
+    text = f"created schedule {s.name}: {records.spec(s)}, task {s.task_name}, {state}"
+    return {**records.schedule_record(s), "created": True}, text
+
+
+def _existing_schedule(name: str) -> Schedule | None:
+    """--if-absent looks before validating: a repeated deploy script passes even when its
+    options no longer validate (a --run-at now past). The unique name still decides a race."""
+    try:
+        return schedules.get_schedule(name)
+    except ScheduleNotFound:
+        return None
 
 
 def schedule_list(now: datetime, o: dict[str, Any]) -> Output:
@@ -101,17 +124,17 @@ def schedule_show(now: datetime, o: dict[str, Any]) -> Output:
 
 
 def schedule_pause(now: datetime, o: dict[str, Any]) -> Output:
-    s = schedules.pause_schedule(o["name"], now=now)
+    s = schedules.pause_schedule(o["name"], now=now, **changed_by(o))
     return records.schedule_record(s), f"paused schedule {s.name}"
 
 
 def schedule_resume(now: datetime, o: dict[str, Any]) -> Output:
-    s = schedules.resume_schedule(o["name"], now=now)
+    s = schedules.resume_schedule(o["name"], now=now, **changed_by(o))
     return records.schedule_record(s), f"resumed schedule {s.name}: next run at {when(s.next_run_at)}"
 
 
 def schedule_trigger(now: datetime, o: dict[str, Any]) -> Output:
-    r = schedules.trigger_schedule(o["name"], now=now, message="triggered from the command line")
+    r = schedules.trigger_schedule(o["name"], now=now, message="triggered from the command line", **changed_by(o))
     return records.run_record(r), f"created run {r.pk} of schedule {o['name']} (manual, queue {r.queue})"
 
 
@@ -229,7 +252,7 @@ def _policy_text(r: Run) -> str:
 
 
 def run_cancel(now: datetime, o: dict[str, Any]) -> Output:
-    r = runs.cancel_run(o["run_id"], now=now, by="distsched command")
+    r = runs.cancel_run(o["run_id"], now=now, **changed_by(o))
     text = (
         f"run {r.pk} cancelled"
         if r.state == RunState.CANCELLED
@@ -239,7 +262,7 @@ def run_cancel(now: datetime, o: dict[str, Any]) -> Output:
 
 
 def run_requeue(now: datetime, o: dict[str, Any]) -> Output:
-    r = runs.requeue_run(o["run_id"], now=now, by="distsched command")
+    r = runs.requeue_run(o["run_id"], now=now, **changed_by(o))
     return records.run_record(r), (f"run {r.pk} requeued: pending, up to {r.max_attempts - r.attempts} more attempt(s)")
 
 
@@ -309,7 +332,30 @@ def show_stats(now: datetime, o: dict[str, Any]) -> Output:
 
 
 def prune(now: datetime, o: dict[str, Any]) -> Output:
-    r = maintenance.prune_runs(older_than=o["older_than"], now=now, batch_size=o["batch_size"], dry_run=o["dry_run"])
+    """A bar with rate and ETA on a terminal (``progress_stream``: the command's stderr, None
+    with ``--json``); Ctrl-C stops it between batches, saying what the committed ones deleted."""
+    bar = None if o["dry_run"] else progress_bar(o.get("progress_stream"), desc="pruning", unit="run")
+    try:
+        r = maintenance.prune_runs(
+            older_than=o["older_than"],
+            now=now,
+            batch_size=o["batch_size"],
+            dry_run=o["dry_run"],
+            progress=None if bar is None else _show_prune(bar),
+        )
+    except maintenance.PruneInterrupted as stop:
+        raise Interrupted(*_pruned(stop.done, interrupted=True)) from None
+    finally:
+        if bar is not None:
+            bar.close()  # before the summary line, so the two never share a line
+    return schedule_changes.with_audit_pruned(now, o, *_pruned(r, interrupted=False))
+
+
+def _show_prune(bar: ProgressBar) -> Callable[[maintenance.PruneProgress], None]:
+    return lambda p: bar.update(p.runs, p.total, f"{p.events} events")
+
+
+def _pruned(r: maintenance.PruneResult, *, interrupted: bool) -> Output:
     document = {
         "runs": r.runs,
         "events": r.events,
@@ -317,7 +363,14 @@ def prune(now: datetime, o: dict[str, Any]) -> Output:
         "cutoff": records.iso(r.cutoff),
         "dry_run": r.dry_run,
         "batches": r.batches,
+        "interrupted": interrupted,
     }
+    if interrupted:
+        return document, (
+            f"interrupted: deleted {r.runs} run(s) finished before {when(r.cutoff)} and {r.events} event(s) "
+            f"in {r.batches} batch(es); the batch in progress was rolled back and no worker was deleted; "
+            "run it again to go on"
+        )
     verb = "would delete" if r.dry_run else "deleted"
     return document, (
         f"{verb} {r.runs} run(s) finished before {when(r.cutoff)}, {r.events} event(s) "
@@ -332,6 +385,7 @@ VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     "schedule pause": schedule_pause,
     "schedule resume": schedule_resume,
     "schedule trigger": schedule_trigger,
+    **schedule_changes.VERBS,
     "run enqueue": run_enqueue,
     "run list": run_list,
     "run show": run_show,

@@ -1,12 +1,12 @@
 """``manage.py distsched <group> <verb>``: the operator's command line.
 
-    distsched schedule create|list|show|pause|resume|trigger
+    distsched schedule create|list|show|update|pause|resume|trigger|delete|history|restore
     distsched run enqueue|list|show|cancel|requeue
     distsched worker list
     distsched queue pause|resume|list|history
     distsched limit list|show|set|reset
     distsched stats
-    distsched prune --older-than 30d
+    distsched prune --older-than 30d [--audit-older-than 400d]
 
 Every verb reads the clock once, calls the service layer and prints either a
 table for humans or, with ``--json``, one JSON document and nothing else on
@@ -27,7 +27,9 @@ from ...models import CatchUp, Origin, Overlap, RunState
 from ...services import maintenance
 from ...text import storable
 from ..base import DistschedCommand, int_up_to, positive_int, storable_text
+from ..cli import schedule_changes
 from ..cli.args import duration, duration_or_seconds, json_payload, object_id, whole_number
+from ..cli.progress import INTERRUPTED_STATUS, Interrupted
 from ..cli.verbs import VERBS
 
 MAX_LIST = 10_000
@@ -48,7 +50,9 @@ class Command(DistschedCommand):
             dest="group", metavar="{schedule,run,worker,queue,limit,stats,prune}", required=True
         )
 
-        schedule = groups.add_parser("schedule", help="Create, inspect, pause, resume and trigger schedules.")
+        schedule = groups.add_parser(
+            "schedule", help="Create, inspect, change, pause, resume, trigger, delete and restore schedules."
+        )
         verbs = schedule.add_subparsers(dest="verb", required=True)
         create = _leaf(verbs, "create", "Create a schedule (exactly one of --interval, --cron, --run-at).")
         create.add_argument("name", metavar="NAME", help="Unique slug, e.g. nightly-report.")
@@ -89,6 +93,11 @@ class Command(DistschedCommand):
             "run is cancelled (asked to stop if it runs) and the new one starts once it has ended.",
         )
         create.add_argument("--paused", action="store_true", help="Create it paused.")
+        create.add_argument(
+            "--if-absent",
+            action="store_true",
+            help="If a schedule of that name exists, say so and exit 0 without changing it (for deploy scripts).",
+        )
         listing = _leaf(verbs, "list", "List schedules.")
         only = listing.add_mutually_exclusive_group()
         only.add_argument("--paused", dest="paused_only", action="store_true", help="Only paused schedules.")
@@ -99,7 +108,11 @@ class Command(DistschedCommand):
             ("resume", "Generate runs again (the catch-up policy applies)."),
             ("trigger", "Create one manual run now."),
         ):
-            _leaf(verbs, verb, text).add_argument("name", metavar="NAME")
+            leaf = _leaf(verbs, verb, text)
+            leaf.add_argument("name", metavar="NAME")
+            if verb != "show":
+                leaf.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for the history.")
+        schedule_changes.add_arguments(verbs, _leaf)
 
         run = groups.add_parser("run", help="Enqueue, list, inspect, cancel and requeue runs.")
         verbs = run.add_subparsers(dest="verb", required=True)
@@ -151,7 +164,10 @@ class Command(DistschedCommand):
             ("cancel", "Cancel a waiting run, or ask a running one to stop."),
             ("requeue", "Put a dead or cancelled run back to pending."),
         ):
-            _leaf(verbs, verb, text).add_argument("run_id", type=object_id, metavar="RUN_ID")
+            leaf = _leaf(verbs, verb, text)
+            leaf.add_argument("run_id", type=object_id, metavar="RUN_ID")
+            if verb != "show":
+                leaf.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for the action log.")
 
         worker = groups.add_parser("worker", help="Inspect workers.")
         verbs = worker.add_subparsers(dest="verb", required=True)
@@ -217,19 +233,33 @@ class Command(DistschedCommand):
             help="Runs deleted per transaction (default %(default)s).",
         )
         prune.add_argument("--dry-run", action="store_true", help="Count what would be deleted; delete nothing.")
+        prune.add_argument(
+            "--audit-older-than",
+            type=duration,
+            metavar="AGE",
+            help="Also delete audit entries (schedule versions, the action log) older than AGE; without it the "
+            "audit trail is kept.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         now = current_clock().now()  # read once; every service below gets this instant
         key = options["group"] if options["group"] in ("stats", "prune") else f"{options['group']} {options['verb']}"
+        # Long verbs draw their progress here when it is a terminal; never with --json.
+        options["progress_stream"] = None if options["json"] else self.stderr
+        interrupted = False
         try:
             document, text = VERBS[key](now, options)
         except DistschedError as exc:
             raise CommandError(storable(" ".join(str(exc).split()))) from None
+        except Interrupted as stop:  # Ctrl-C: what was done is the output, then exit 130
+            document, text, interrupted = stop.document, stop.text, True
         # Rows written before the storable-text rule may hold lone surrogates: escaped, never a crash.
         if options["json"]:
             self.stdout.write(storable(json.dumps(document, indent=2, ensure_ascii=False)))
         else:
             self.stdout.write(storable(text))
+        if interrupted:
+            raise SystemExit(INTERRUPTED_STATUS)
 
 
 def _leaf(subparsers: Any, name: str, text: str) -> Any:

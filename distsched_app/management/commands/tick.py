@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from ... import checks
@@ -12,9 +15,37 @@ from ...clock import current_clock
 from ...conf import conf
 from ...db.retry import Backoff, is_transient, reset_connection
 from ...services.tick import tick
+from ...services.workers import database_label
 from ..base import DistschedCommand, seconds_up_to
 
 logger = logging.getLogger("distsched")
+
+# A ticker that has nothing to do says so this often, so a silent log means a dead ticker.
+SUMMARY_EVERY_SECONDS = 60.0
+
+
+@dataclass(kw_only=True)
+class Tally:
+    """What a tick loop did since ``since``: ticks, runs they created, ticks that failed."""
+
+    since: datetime
+    ticks: int = 0
+    runs_created: int = 0
+    failed_ticks: int = 0
+
+    def fields(self, now: datetime) -> dict[str, Any]:
+        seconds = round((now - self.since).total_seconds(), 1)
+        return {
+            "ticks": self.ticks,
+            "runs_created": self.runs_created,
+            "failed_ticks": self.failed_ticks,
+            "seconds": seconds,
+        }
+
+    def add(self, *, runs: int = 0, failed: bool = False) -> None:
+        self.ticks += 1
+        self.runs_created += runs
+        self.failed_ticks += int(failed)
 
 
 class Command(DistschedCommand):
@@ -46,10 +77,23 @@ class Command(DistschedCommand):
         # logged with its traceback and waited out the same way: a ticker that exits stops
         # every schedule, so it never does until asked to.
         backoff = Backoff(initial=min(interval * 2, 30.0), maximum=30.0)
+        clock = current_clock()
+        started = clock.now()
+        total, period = Tally(since=started), Tally(since=started)
+        logger.info(
+            "ticker started",
+            extra={"distsched": {"database": database_label(), "interval": interval, "pid": os.getpid()}},
+        )
         while not stop.is_set():
+            now = clock.now()  # read once per tick: the tick and the summary's period use it
+            if (now - period.since).total_seconds() >= SUMMARY_EVERY_SECONDS:
+                logger.info("ticker summary", extra={"distsched": period.fields(now)})
+                period = Tally(since=now)
             try:
-                tick(now=current_clock().now())
+                created = tick(now=now)
             except Exception as exc:  # logged and retried with backoff: never stops the ticker
+                total.add(failed=True)
+                period.add(failed=True)
                 delay = backoff.next_delay()
                 if is_transient(exc):
                     logger.warning(
@@ -65,5 +109,8 @@ class Command(DistschedCommand):
                 reset_connection()
                 stop.wait(delay)
                 continue
+            total.add(runs=len(created))
+            period.add(runs=len(created))
             backoff.reset()
             stop.wait(interval)
+        logger.info("ticker stopped", extra={"distsched": {**total.fields(clock.now()), "pid": os.getpid()}})

@@ -69,7 +69,7 @@ def test_cancel_action_pending_and_running(staff, scheduler, make_schedule, cloc
     running.refresh_from_db()
     assert pending.state == RunState.CANCELLED and pending.finished_at == clock.now()
     assert running.state == RunState.RUNNING and running.cancel_requested
-    assert RunEvent.objects.get(run=pending, event_type=EventType.CANCELLED).message == "cancelled by admin:admin"
+    assert RunEvent.objects.get(run=pending, event_type=EventType.CANCELLED).message == "cancelled by user:admin"
 
 
 def test_cancel_action_on_a_finished_run_is_a_warning_not_an_error(staff, scheduler, make_schedule):

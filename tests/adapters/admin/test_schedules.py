@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
-from distsched_app.models import EventType, Origin, Run, RunEvent, Schedule
+from distsched_app.models import AuditEntry, EventType, Origin, Run, RunEvent, Schedule
 from tests.adapters.admin.pages import (
     RUNS,
     SCHEDULES,
@@ -84,7 +84,7 @@ def test_trigger_action_creates_one_manual_run_each(staff, make_schedule, clock)
     assert {r.origin for r in runs} == {Origin.MANUAL}
     assert {r.scheduled_for for r in runs} == {clock.now()}
     created = RunEvent.objects.get(run=runs[0], event_type=EventType.CREATED)
-    assert created.message == "triggered by admin:admin"
+    assert created.message == "triggered by user:admin"
 
 
 def test_schedule_buttons_pause_resume_trigger(staff, make_schedule):
@@ -244,12 +244,16 @@ def test_service_refusal_after_validation_is_reported_not_a_500(staff, make_sche
     assert messages_of(response) == [("error", "Not saved: no schedule named 'race'")]
 
 
-def test_delete_confirmation_summarises_runs_and_deletes_through_the_service(staff, scheduler, make_schedule):
+def test_delete_confirmation_lists_the_schedule_only_and_deletes_through_the_service(staff, scheduler, make_schedule):
     schedule = make_schedule("gone")
-    scheduler.tick()
+    [run] = scheduler.tick()
     url = reverse("admin:distsched_app_schedule_delete", args=[schedule.pk])
     response = staff.get(url)
     assert response.status_code == 200
-    assert "1 run(s) of this schedule" in response.content.decode()
+    assert "Schedule: gone" in response.content.decode() and "run(s)" not in response.content.decode()
     assert staff.post(url, {"post": "yes"}).status_code == 302
-    assert not Schedule.objects.exists() and not Run.objects.exists()
+    assert not Schedule.objects.exists()
+    kept = Run.objects.get(pk=run.pk)  # the run and its history stay, under the schedule's name
+    assert (kept.deleted_schedule, kept.state) == ("gone", "cancelled")
+    [entry] = AuditEntry.objects.filter(target="gone", action="delete")
+    assert (entry.actor, entry.source) == ("user:admin", "admin")

@@ -14,7 +14,7 @@ from rest_framework.authentication import SessionAuthentication, TokenAuthentica
 from rest_framework.test import APIClient
 
 from distsched_app.metrics import MetricsView
-from distsched_app.models import Limit, LimitEvent, QueueEvent, QueuePause, Run, RunEvent, Schedule
+from distsched_app.models import AuditEntry, Limit, LimitEvent, QueueEvent, QueuePause, Run, RunEvent, Schedule
 from distsched_app.services import limit_overrides, queues
 
 pytestmark = pytest.mark.django_db
@@ -73,6 +73,10 @@ ENDPOINTS = {
     "schedules-pause": Endpoint("post", "/api/schedules/s1/pause", {"changer", "superuser"}, 200, writes=True),
     "schedules-resume": Endpoint("post", "/api/schedules/p1/resume", {"changer", "superuser"}, 200, writes=True),
     "schedules-trigger": Endpoint("post", "/api/schedules/s1/trigger", {"changer", "superuser"}, 201, writes=True),
+    "schedules-history": Endpoint("get", "/api/schedules/s1/history", READ_SCHEDULES, 200),
+    "schedules-restore": Endpoint(
+        "post", "/api/schedules/s1/restore", {"changer", "superuser"}, 200, body={"version": 1}, writes=True
+    ),
     "runs-list": Endpoint("get", "/api/runs", READ_RUNS, 200),
     "runs-create": Endpoint(
         "post", "/api/runs", {"run_adder", "superuser"}, 201, body={"task_name": "tests.noop"}, writes=True
@@ -130,6 +134,7 @@ def snapshot() -> tuple:
         QueueEvent.objects.count(),
         limits,
         LimitEvent.objects.count(),
+        AuditEntry.objects.count(),
     )
 
 
@@ -195,6 +200,8 @@ def test_every_endpoint_of_the_api_is_in_the_matrix():
             ("post", "pause"),
             ("post", "resume"),
             ("post", "trigger"),
+            ("get", "history"),
+            ("post", "restore"),
         },
         "RunViewSet": {
             ("get", "list"),

@@ -19,6 +19,8 @@ PATHS = {
     "/api/schedules/{name}/pause/": {"post"},
     "/api/schedules/{name}/resume/": {"post"},
     "/api/schedules/{name}/trigger/": {"post"},
+    "/api/schedules/{name}/history/": {"get"},
+    "/api/schedules/{name}/restore/": {"post"},
     "/api/runs/": {"get", "post"},
     "/api/runs/{id}/": {"get"},
     "/api/runs/{id}/events/": {"get"},
@@ -56,7 +58,8 @@ def test_schema_is_valid_openapi_3_covering_every_endpoint(api, url):
         "origin",
         "priority",
     }
-    assert {"200", "401", "403", "404", "409"} == set(schema["paths"]["/api/runs/{id}/cancel/"]["post"]["responses"])
+    cancel = set(schema["paths"]["/api/runs/{id}/cancel/"]["post"]["responses"])
+    assert {"200", "400", "401", "403", "404", "409", "413", "415"} == cancel
 
 
 def test_schema_defaults_to_yaml(api):

@@ -1,4 +1,4 @@
-"""REST API: one error body per status, as the README's error table says.
+"""REST API: one error body per status, as the error table of docs/reference/rest.md says.
 
 Every 400 is ``{"field": ["message", ...]}``; every other 4xx is ``{"detail": "..."}``.
 """

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.django_db
 RUN_KEYS = {
     "id",
     "schedule",
+    "schedule_version",
     "task_name",
     "args",
     "kwargs",
@@ -289,7 +290,7 @@ def test_cancel_a_pending_run(api, api_clock, scheduler, make_schedule):
     assert body["state"] == "cancelled" and body["finished_at"] == iso(T0 + timedelta(seconds=9))
     assert body["schedule"] == "s1"
     events = api.get(f"/api/runs/{run.pk}/events").json()["results"]
-    assert (events[-1]["event_type"], events[-1]["message"]) == ("cancelled", "cancelled by operator")
+    assert (events[-1]["event_type"], events[-1]["message"]) == ("cancelled", "cancelled by user:operator")
 
 
 def test_cancel_a_running_run_is_cooperative(api, api_clock, scheduler, make_schedule):

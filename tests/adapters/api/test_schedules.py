@@ -14,6 +14,7 @@ pytestmark = pytest.mark.django_db
 
 SCHEDULE_KEYS = {
     "name",
+    "version",
     "task_name",
     "args",
     "kwargs",
@@ -350,7 +351,9 @@ def test_delete(api, scheduler, make_schedule):
     assert response.status_code == 204 and response.content == b""
     assert not Schedule.objects.exists()
     assert api.get("/api/schedules/s1").status_code == 404
-    assert api.get("/api/runs").json()["results"] == []
+    [run] = api.get("/api/runs").json()["results"]  # kept, under the schedule's name
+    assert (run["schedule"], run["state"]) == ("s1", "cancelled")
+    assert [e["action"] for e in api.get("/api/schedules/s1/history").json()["results"]] == ["delete", "create"]
 
 
 # --------------------------------------------------------------------------

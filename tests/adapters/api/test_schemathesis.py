@@ -46,6 +46,8 @@ EXCLUDED = {
     # A limit's override: at least one number, for_seconds or until (not both), until in the future, a rate's
     # count and period in range.
     ("PATCH", "/api/limits/{name}/"): [positive_data_acceptance],
+    # A restored configuration meets the same rules as a PATCH (a once schedule's run_at in the past).
+    ("POST", "/api/schedules/{name}/restore/"): [positive_data_acceptance],
 }
 
 
@@ -82,6 +84,8 @@ OPERATIONS = [
     ("POST", "/api/schedules/{name}/pause/"),
     ("POST", "/api/schedules/{name}/resume/"),
     ("POST", "/api/schedules/{name}/trigger/"),
+    ("GET", "/api/schedules/{name}/history/"),
+    ("POST", "/api/schedules/{name}/restore/"),
     ("GET", "/api/runs/"),
     ("POST", "/api/runs/"),
     ("GET", "/api/runs/{id}/"),

@@ -11,6 +11,7 @@ from django.core.management import CommandError
 from distsched_app.clock import iso_utc
 from distsched_app.models import Origin, Run, RunEvent, RunState, Schedule, Worker, WorkerStatus
 from distsched_app.services import claiming, outcomes, workers
+from distsched_app.services.queues import cli_actor
 from tests.conftest import T0
 from tests.factories import succeed
 
@@ -300,7 +301,7 @@ def test_run_cancel(cli, cli_json, three_runs, clock):
     succeeded, _, pending = three_runs
     assert cli("run", "cancel", str(pending.pk)) == f"run {pending.pk} cancelled\n"
     assert Run.objects.get(pk=pending.pk).state == RunState.CANCELLED
-    assert RunEvent.objects.filter(run=pending, event_type="cancelled").get().message.endswith("distsched command")
+    assert RunEvent.objects.filter(run=pending, event_type="cancelled").get().message == f"cancelled by {cli_actor()}"
     assert error_of(cli, "run", "cancel", str(succeeded.pk)) == (
         f"run {succeeded.pk} is succeeded; only pending, retrying, blocked, leased or running runs can be cancelled"
     )
