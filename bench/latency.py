@@ -76,9 +76,8 @@ def main() -> int:
 
 def run(args, systems: list[str]) -> int:
     with c.scratch_database(NAME, args, settings=tc.SETTINGS):
-        c.header(
-            f"start latency and idle cost: {args.workers} idle workers per system, {args.busy} busy processes", args
-        )
+        busy = f", {args.busy} CPU-bound processes beside them" if args.busy else ""
+        c.header(f"start latency and idle cost: {args.workers} idle workers per system{busy}", args)
         latency = measure_latency(args, systems)
         idle = {} if args.skip_idle else measure_idle(args, systems)
         report(args, latency, idle)
