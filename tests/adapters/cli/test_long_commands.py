@@ -220,10 +220,10 @@ def test_tick_loop_counts_failed_ticks_in_its_stop_line(monkeypatch, caplog, clo
 def test_database_label_names_vendor_server_and_database_never_credentials(monkeypatch):
     from django.db import connection
 
-    monkeypatch.setitem(connection.settings_dict, "USER", "scheduler")
+    monkeypatch.setitem(connection.settings_dict, "USER", "db-user-x7q")
     monkeypatch.setitem(connection.settings_dict, "PASSWORD", "s3cret-pw")
     label = server.describe()
-    assert "s3cret-pw" not in label and "scheduler" not in label
+    assert "s3cret-pw" not in label and "db-user-x7q" not in label
     assert label.startswith(f"{connection.vendor}://") and str(connection.settings_dict["NAME"]) in label
 
 
