@@ -117,6 +117,19 @@ def _instance(model: type[Model], values: Sequence[Any]) -> Any:
     return model.from_db(connection.alias, names, converted)
 
 
+def _runs(rows: Sequence[Sequence[Any]]) -> list[Run]:
+    """Runs from rows of the run's columns then its schedule's (NULLs when it has none), the
+    schedule cached on each run as ``select_related`` would."""
+    width = len(_columns(Run))
+    out: list[Run] = []
+    for row in rows:
+        run = _instance(Run, row[:width])
+        schedule = _instance(Schedule, row[width:]) if run.schedule_id is not None else None
+        Run.schedule.field.set_cached_value(run, schedule)
+        out.append(run)
+    return out
+
+
 @cache
 def _waiting_sql(vendor: str, queues: int, excluded: int = 0, skipping: bool = False) -> str:
     """The select of the due runs (with their schedules) for a worker of ``queues`` queues (0: any)
@@ -158,14 +171,7 @@ def lock_waiting(
     with connection.cursor() as cursor:
         cursor.execute(_waiting_sql(vendor, len(queues), len(excluded), bool(skip)), [*params, limit])
         rows = cursor.fetchall()
-    width = len(_columns(Run))
-    out: list[Run] = []
-    for row in rows:
-        run = _instance(Run, row[:width])
-        schedule = _instance(Schedule, row[width:]) if run.schedule_id is not None else None
-        Run.schedule.field.set_cached_value(run, schedule)
-        out.append(run)
-    return out
+    return _runs(rows)
 
 
 def _claim_sqlite(
@@ -276,11 +282,4 @@ def claim_waiting(
     with connection.cursor() as cursor:
         cursor.execute(_claim_sql(len(queues), len(excluded)), params)
         rows = cursor.fetchall()
-    width = len(_columns(Run))
-    claimed = []
-    for row in rows:
-        run = _instance(Run, row[:width])
-        schedule = _instance(Schedule, row[width:]) if run.schedule_id is not None else None
-        Run.schedule.field.set_cached_value(run, schedule)
-        claimed.append(run)
-    return claimed
+    return _runs(rows)

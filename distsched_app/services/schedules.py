@@ -28,27 +28,8 @@ from .runs import cancel_locked
 from .validation import validate_name, validate_schedule_fields
 
 RECURRENCE_FIELDS = frozenset({"kind", "interval_seconds", "cron", "timezone", "run_at", "start_at"})
-UPDATABLE_FIELDS = frozenset(
-    {
-        "task_name",
-        "args",
-        "kwargs",
-        "kind",
-        "interval_seconds",
-        "cron",
-        "timezone",
-        "run_at",
-        "start_at",
-        "paused",
-        "max_attempts",
-        "retry_base_seconds",
-        "retry_max_seconds",
-        "retry_jitter",
-        "catch_up",
-        "overlap",
-        "queue",
-    }
-)
+# What an update may change: the editable configuration the audit trail records (one list).
+UPDATABLE_FIELDS = frozenset(audit.CONFIG_FIELDS)
 
 
 class RecurrenceFields(Protocol):

@@ -24,9 +24,8 @@ from .tables import table, when
 Output = tuple[Any, str]
 MAX_HISTORY = 10_000
 
-# Option dest -> schedule field of ``schedule update``.
-UPDATE_OPTIONS = {
-    "task": "task_name",
+# Option dest -> schedule field of ``schedule create``; ``schedule update`` also takes ``--task``.
+CREATE_OPTIONS = {
     "task_args": "args",
     "task_kwargs": "kwargs",
     "interval": "interval_seconds",
@@ -39,6 +38,7 @@ UPDATE_OPTIONS = {
     "catch_up": "catch_up",
     "overlap": "overlap",
 }
+UPDATE_OPTIONS = {"task": "task_name", **CREATE_OPTIONS}
 
 
 def changed_by(o: dict[str, Any]) -> dict[str, str]:

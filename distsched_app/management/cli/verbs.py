@@ -19,27 +19,13 @@ from . import limits as limit_verbs
 from . import queues as queue_verbs
 from . import records, schedule_changes
 from .progress import Interrupted, ProgressBar, progress_bar
-from .schedule_changes import changed_by
+from .schedule_changes import CREATE_OPTIONS, changed_by
 from .tables import key_values, seconds, table, when
 
 Output = tuple[Any, str]  # (the --json document, the text for humans)
 
 
 # ---------------------------------------------------------------- schedules
-
-CREATE_OPTIONS = {
-    "task_args": "args",
-    "task_kwargs": "kwargs",
-    "interval": "interval_seconds",
-    "cron": "cron",
-    "run_at": "run_at",
-    "timezone": "timezone",
-    "start_at": "start_at",
-    "max_attempts": "max_attempts",
-    "queue": "queue",
-    "catch_up": "catch_up",
-    "overlap": "overlap",
-}
 
 
 def schedule_create(now: datetime, o: dict[str, Any]) -> Output:
