@@ -27,7 +27,7 @@ from ...models import CatchUp, Origin, Overlap, RunState
 from ...services import maintenance
 from ...text import storable
 from ..base import DistschedCommand, int_up_to, positive_int, storable_text
-from ..cli import schedule_changes
+from ..cli import declared, schedule_changes
 from ..cli.args import duration, duration_or_seconds, json_payload, object_id, whole_number
 from ..cli.progress import INTERRUPTED_STATUS, Interrupted
 from ..cli.verbs import VERBS
@@ -113,6 +113,7 @@ class Command(DistschedCommand):
             if verb != "show":
                 leaf.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for the history.")
         schedule_changes.add_arguments(verbs, _leaf)
+        declared.add_arguments(verbs, _leaf)
 
         run = groups.add_parser("run", help="Enqueue, list, inspect, cancel and requeue runs.")
         verbs = run.add_subparsers(dest="verb", required=True)
@@ -246,20 +247,21 @@ class Command(DistschedCommand):
         key = options["group"] if options["group"] in ("stats", "prune") else f"{options['group']} {options['verb']}"
         # Long verbs draw their progress here when it is a terminal; never with --json.
         options["progress_stream"] = None if options["json"] else self.stderr
-        interrupted = False
+        interrupted, status = False, INTERRUPTED_STATUS
         try:
             document, text = VERBS[key](now, options)
         except DistschedError as exc:
             raise CommandError(storable(" ".join(str(exc).split()))) from None
         except Interrupted as stop:  # Ctrl-C: what was done is the output, then exit 130
             document, text, interrupted = stop.document, stop.text, True
+            status = getattr(stop, "status", INTERRUPTED_STATUS)  # 1: done in part (declared.Incomplete)
         # Rows written before the storable-text rule may hold lone surrogates: escaped, never a crash.
         if options["json"]:
             self.stdout.write(storable(json.dumps(document, indent=2, ensure_ascii=False)))
         else:
             self.stdout.write(storable(text))
         if interrupted:
-            raise SystemExit(INTERRUPTED_STATUS)
+            raise SystemExit(status)
 
 
 def _leaf(subparsers: Any, name: str, text: str) -> Any:
