@@ -38,8 +38,9 @@ from .validation import validate_name, validate_schedule_fields
 logger = logging.getLogger("distsched")
 
 SETTINGS = "settings"  # the actor of an apply of DISTSCHED["SCHEDULES"]
-REMOVED_REASON = "removed from settings"
+REMOVED_REASON = "removed from {label}"  # "removed from settings", or the file's name
 PRUNE_MODES = ("pause", "delete", "keep")
+ACTIONS = ("created", "updated", "paused", "resumed", "deleted", "unchanged", "failed")
 # A declaration's keys -> the schedule's fields.
 KEYS = {
     "task": "task_name",
@@ -89,8 +90,8 @@ class Report:
         return any(o.action not in ("unchanged", "failed") for o in self.outcomes)
 
     def summary(self) -> str:
-        actions = ("created", "updated", "paused", "resumed", "deleted", "unchanged", "failed")
-        return ", ".join(f"{self.count(a)} {a}" for a in actions)
+        """``2 created, 1 unchanged``: the actions that happened, counted."""
+        return ", ".join(f"{self.count(a)} {a}" for a in ACTIONS if self.count(a)) or "nothing declared"
 
 
 def declared_in_settings() -> dict[str, Any] | None:
@@ -171,7 +172,7 @@ def apply_declared(
     if prune != "keep":
         removed = Schedule.objects.filter(declared__isnull=False).exclude(name__in=[str(n) for n in declared])
         for name in removed.order_by("name").values_list("name", flat=True):
-            report.outcomes.append(_one(lambda n=name: _remove(n, clock, actor, prune), name, dry_run))
+            report.outcomes.append(_one(lambda n=name: _remove(n, clock, actor, source_label, prune), name, dry_run))
     return report
 
 
@@ -229,21 +230,22 @@ def _apply_one(name: Any, spec: Any, clock: Clock, actor: str, label: str) -> Ou
     return Outcome(name, action, diff, message=note or audit.changes_text(diff))
 
 
-def _remove(name: str, clock: Clock, actor: str, prune: str) -> Outcome:
+def _remove(name: str, clock: Clock, actor: str, label: str, prune: str) -> Outcome:
     now = clock.now()
+    reason = REMOVED_REASON.format(label=label)
     schedule = Schedule.objects.select_for_update().filter(name=name, declared__isnull=False).first()
     if schedule is None:  # removed or undeclared by a concurrent apply
         return Outcome(name, "unchanged")
     if prune == "delete":
-        kept = schedules.delete_schedule(name, now=now, **_who(actor, REMOVED_REASON))
-        return Outcome(name, "deleted", message=f"{REMOVED_REASON}; its {kept} run(s) are kept")
+        kept = schedules.delete_schedule(name, now=now, **_who(actor, reason))
+        return Outcome(name, "deleted", message=f"{reason}; its {kept} run(s) are kept")
     was_paused = schedule.paused
     if not was_paused:
-        schedules.pause_schedule(name, now=now, **_who(actor, REMOVED_REASON))
+        schedules.pause_schedule(name, now=now, **_who(actor, reason))
     Schedule.objects.filter(pk=schedule.pk).update(declared=None)
     if was_paused:
-        return Outcome(name, "unchanged", message=f"{REMOVED_REASON}; already paused, no longer declared")
-    return Outcome(name, "paused", {"paused": [False, True]}, message=f"{REMOVED_REASON}; no longer declared")
+        return Outcome(name, "unchanged", message=f"{reason}; already paused, no longer declared")
+    return Outcome(name, "paused", {"paused": [False, True]}, message=f"{reason}; no longer declared")
 
 
 def _spec(schedule: Schedule) -> str:

@@ -68,9 +68,7 @@ def schedule_apply(now: datetime, o: dict[str, Any]) -> Output:
         "source": label,
         "dry_run": report.dry_run,
         "schedules": [outcome.as_dict() for outcome in report.outcomes],
-        "summary": {
-            a: report.count(a) for a in ("created", "updated", "paused", "resumed", "deleted", "unchanged", "failed")
-        },
+        "summary": {a: report.count(a) for a in service.ACTIONS},
     }
     would = "would be " if report.dry_run else ""
     rows = [(o.name, f"{would}{o.action}" if o.action not in ("unchanged", "failed") else o.action, o.message or "-")
