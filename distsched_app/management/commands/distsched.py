@@ -5,6 +5,7 @@
     distsched worker list
     distsched queue pause|resume|list|history
     distsched limit list|show|set|reset
+    distsched import celery-beat
     distsched stats
     distsched prune --older-than 30d [--audit-older-than 400d]
 
@@ -27,7 +28,7 @@ from ...models import CatchUp, Origin, Overlap, RunState
 from ...services import maintenance
 from ...text import storable
 from ..base import DistschedCommand, int_up_to, positive_int, storable_text
-from ..cli import declared, schedule_changes
+from ..cli import celery_import, declared, schedule_changes
 from ..cli.args import duration, duration_or_seconds, json_payload, object_id, whole_number
 from ..cli.progress import INTERRUPTED_STATUS, Interrupted
 from ..cli.verbs import VERBS
@@ -47,7 +48,7 @@ class Command(DistschedCommand):
     def add_command_arguments(self, parser: Any) -> None:
         # The base class made ``parser`` a OneLineParser; subparsers copy its class.
         groups = parser.add_subparsers(
-            dest="group", metavar="{schedule,run,worker,queue,limit,stats,prune}", required=True
+            dest="group", metavar="{schedule,run,worker,queue,limit,import,stats,prune}", required=True
         )
 
         schedule = groups.add_parser(
@@ -217,6 +218,8 @@ class Command(DistschedCommand):
         reset = _leaf(verbs, "reset", "Back to the declared numbers (a limit without an override: nothing changes).")
         reset.add_argument("name", type=storable_text, metavar="NAME")
         reset.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for whoever looks later.")
+
+        celery_import.add_arguments(groups, _leaf)
 
         _leaf(groups, "stats", "Run, schedule and worker figures.")
         prune = _leaf(groups, "prune", "Delete finished runs, their events and old workers.")
