@@ -115,7 +115,13 @@ def import_celery_beat(now: datetime, o: dict[str, Any]) -> Output:
 
 def _what(done: celery_beat.Imported, found: celery_beat.Translation) -> list[str]:
     spec = found.schedules[done.name]
-    when = f"every {spec['interval_seconds']}s" if "interval_seconds" in spec else spec.get("cron") or "once"
+    when = (
+        f"every {spec['interval_seconds']}s"
+        if "interval_seconds" in spec
+        else f"cron {spec['cron']} ({spec['timezone']})"
+        if "cron" in spec
+        else f"once at {spec.get('run_at')}"
+    )
     if done.action == "failed":
         return [done.message]
     parts = [done.message] if done.message else [f"{when}, task {spec['task']}"]

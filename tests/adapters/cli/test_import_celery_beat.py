@@ -31,7 +31,7 @@ FROM = ("import", "celery-beat", "--from", "tests.adapters.cli.test_import_celer
 
 def test_from_a_module_it_creates_the_schedules_and_reports_what_it_could_not(cli):
     out = cli(*FROM, "--timezone", "Europe/Paris")
-    assert "nightly-report  created  0 3 * * *, task tests.echo" in out
+    assert "nightly-report  created  cron 0 3 * * * (Europe/Paris), task tests.echo" in out
     assert "fast            skipped  every 0.25s: distsched intervals are whole seconds, at least 1" in out
     assert out.rstrip().endswith("tests.adapters.cli.test_import_celery_beat:BEAT: 2 created, 1 not translated")
     s = Schedule.objects.get(name="nightly-report")
