@@ -119,6 +119,19 @@ def options_problem(task_name: Any, options: Any) -> str | None:
     return None
 
 
+def _queue_problem(task_name: str, options: dict[str, Any]) -> str | None:
+    """A framework task's ``queue`` must be one its backend accepts (its ``TASKS[...]["QUEUES"]``)."""
+    from .validation import validate_task_queue
+
+    if "queue" not in options or task_name not in registry:
+        return None
+    try:
+        validate_task_queue(task_name, options["queue"])
+    except DistschedError as exc:
+        return f"{task_name!r}: {exc}"
+    return None
+
+
 def _exception_problem(item: Any) -> str | None:
     if isinstance(item, type):
         return None if issubclass(item, BaseException) else f"{item.__qualname__} is not an exception class"
@@ -138,7 +151,7 @@ def problems() -> list[str]:
     settings = conf.TASK_OPTIONS
     if not isinstance(settings, dict):
         return [f"must be a dict of task name -> options, not {type(settings).__name__}"]
-    found = [p for name, opts in settings.items() if (p := options_problem(name, opts)) is not None]
+    found = [p for name, opts in settings.items() if (p := options_problem(name, opts) or _queue_problem(name, opts))]
     for name in registry.names():
         entry = registry.get(name)
         if entry.options and (p := options_problem(name, entry.options)) is not None:

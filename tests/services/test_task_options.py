@@ -200,3 +200,14 @@ def test_the_check_reads_the_decorators_options_too(settings):
         ]
     finally:
         registry.unregister("opts.bad_value")
+
+
+def test_the_check_refuses_a_queue_the_framework_tasks_backend_does_not_accept(settings, monkeypatch):
+    from distsched_app.services import validation
+
+    monkeypatch.setattr(validation, "backend_queues", lambda name: frozenset({"default", "mail"}))
+    assert errors(settings, {"tests.testapp.tasks.ft_noop": {"queue": "mail"}}) == []
+    assert errors(settings, {"tests.testapp.tasks.ft_noop": {"queue": "io"}}) == [
+        "DISTSCHED['TASK_OPTIONS'] 'tests.testapp.tasks.ft_noop': queue 'io' is not one of its backend's QUEUES "
+        "(default, mail)."
+    ]
