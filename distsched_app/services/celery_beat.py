@@ -111,6 +111,8 @@ def _entry(entry: Any, *, timezone: str, notes: list[str]) -> dict[str, Any]:
         notes.append("relative=True is not carried: intervals count from the schedule's creation")
     if entry.get("enabled") is False:
         out["paused"] = True
+    if entry.get("one_off"):
+        notes.append("one_off is not carried: the schedule keeps firing (a run_at schedule fires once)")
     return out
 
 
@@ -175,7 +177,11 @@ def _day(word: str) -> str:
 def periodic_task_entry(task: Any) -> dict[str, Any]:
     """A django-celery-beat ``PeriodicTask`` as a beat entry (``translate``'s input); duck-typed,
     so the app need not be installed to test it."""
-    entry: dict[str, Any] = {"task": task.task, "enabled": bool(task.enabled)}
+    entry: dict[str, Any] = {
+        "task": task.task,
+        "enabled": bool(task.enabled),
+        "one_off": getattr(task, "one_off", False),
+    }
     for key in ("args", "kwargs"):
         text = getattr(task, key, "") or ""
         try:

@@ -199,7 +199,7 @@ def _apply_one(name: Any, spec: Any, clock: Clock, actor: str, label: str) -> Ou
     paused = wanted.pop("paused")
     marker = {"source": label, "paused": paused}
     reason = f"declared in {label}"
-    schedule = Schedule.objects.select_for_update().filter(name=name).first()
+    schedule = _locked(name)
     if schedule is None:
         try:
             with transaction.atomic():
@@ -228,6 +228,11 @@ def _apply_one(name: Any, spec: Any, clock: Clock, actor: str, label: str) -> Ou
         return Outcome(name, "unchanged", message=note)
     action = "updated" if set(diff) - {"paused"} else "paused" if schedule.paused else "resumed"
     return Outcome(name, action, diff, message=note or audit.changes_text(diff))
+
+
+def _locked(name: str) -> Schedule | None:
+    """The schedule of that name, locked until the end of the transaction (None: none yet)."""
+    return Schedule.objects.select_for_update().filter(name=name).first()
 
 
 def _remove(name: str, clock: Clock, actor: str, label: str, prune: str) -> Outcome:

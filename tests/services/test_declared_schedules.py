@@ -173,3 +173,20 @@ def test_startup_apply_does_nothing_without_the_setting_and_applies_it_when_set(
     assert "declared schedules applied" in caplog.text
     settings.DISTSCHED = {"SCHEDULES": {}}  # declared, and empty: every declared schedule is paused
     assert apply_at_startup(clock, process="ticker").count("paused") == 2
+
+
+def test_a_ticker_that_loses_the_race_to_create_applies_to_the_winners_schedule(clock, monkeypatch):
+    from distsched_app.services import declared_schedules
+
+    apply_declared(clock, {"ping": DECLARED["ping"]})  # the other ticker's apply, committed
+    looked = []
+
+    def not_there_yet(name):  # what we saw just before the other ticker committed
+        looked.append(name)
+        return None
+
+    monkeypatch.setattr(declared_schedules, "_locked", not_there_yet)
+    report = apply_declared(clock, {"ping": DECLARED["ping"]})
+    assert looked == ["ping"]
+    assert actions(report) == {"ping": "unchanged"}  # our insert lost on the unique name: theirs stands
+    assert AuditEntry.objects.filter(target="ping").count() == 1
