@@ -125,7 +125,12 @@ def _when(schedule: Any, *, timezone: str) -> dict[str, Any]:
     if hasattr(schedule, "event") and hasattr(schedule, "lat"):
         raise Untranslatable(f"solar schedules ({schedule.event}) have no equivalent; use a cron in a time zone")
     if all(hasattr(schedule, f"_orig_{f}") for f in CRON_FIELDS):
-        return _cron({f: getattr(schedule, f"_orig_{f}") for f in CRON_FIELDS}, timezone=timezone)
+        fields = {f: getattr(schedule, f"_orig_{f}") for f in CRON_FIELDS}
+        second = getattr(schedule, "_orig_second", 0)  # crontabs extended with seconds
+        if second not in (0, "0"):
+            fields["second"] = second
+        zone = getattr(schedule, "tz", None)  # a crontab of its own zone (some Celery versions)
+        return _cron(fields, timezone=str(zone) if zone else timezone)
     if isinstance(getattr(schedule, "run_every", None), timedelta):
         schedule = schedule.run_every
     if isinstance(schedule, timedelta):

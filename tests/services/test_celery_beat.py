@@ -169,3 +169,21 @@ def test_import_creates_what_is_missing_and_importing_twice_changes_nothing(cloc
     assert [(d.name, d.action) for d in dry] == [("new", "created")] and not Schedule.objects.filter(
         name="new"
     ).exists()
+
+
+def test_a_crontab_with_seconds_is_reported_and_one_with_its_own_zone_keeps_it():
+    seconds, zoned = crontab(minute="*"), crontab(minute=0, hour=6)
+    seconds._orig_second = "*/10"  # the crontabs some projects extend with seconds
+    zoned.tz = "Asia/Tokyo"
+    at_zero = crontab(minute=5)
+    at_zero._orig_second = 0
+    out = translate(
+        {
+            "s": {"task": "tests.noop", "schedule": seconds},
+            "z": {"task": "tests.noop", "schedule": zoned},
+            "zero": {"task": "tests.noop", "schedule": at_zero},
+        }
+    )
+    assert out.skipped == {"s": "crontab field(s) second have no equivalent (cron has minutes, not seconds)"}
+    assert out.schedules["z"] == {"task": "tests.noop", "cron": "0 6 * * *", "timezone": "Asia/Tokyo"}
+    assert out.schedules["zero"]["cron"] == "5 * * * *"
