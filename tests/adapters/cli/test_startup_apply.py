@@ -48,3 +48,12 @@ def test_runworker_with_tick_applies_them_and_without_tick_does_not(settings, cl
     call_command("runworker", "--burst", "--with-tick", "--worker-id", "ticking")
     assert Schedule.objects.get(name="ping").declared == {"source": "settings", "paused": False}
     assert Run.objects.filter(schedule__name="ping", state="succeeded").count() == 1
+
+
+def test_an_invalid_declaration_stops_the_ticker_at_start_up(settings, clock):
+    from django.core.management.base import SystemCheckError
+
+    settings.DISTSCHED = {"SCHEDULES": {"ping": {"task": "tests.nope", "interval_seconds": 60}}}
+    with pytest.raises(SystemCheckError, match=r"distsched.E020.*schedule 'ping' \(task\): no task registered"):
+        call_command("tick", skip_checks=False)
+    assert not Schedule.objects.exists()
