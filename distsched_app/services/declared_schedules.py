@@ -22,8 +22,10 @@ declaration is reported and the others are applied.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -167,16 +169,17 @@ def apply_declared(
     report = Report(dry_run=dry_run)
     for name in sorted(declared, key=str):
         report.outcomes.append(
-            _one(lambda n=name: _apply_one(n, declared[n], clock, actor, source_label), name, dry_run)
+            _one(partial(_apply_one, name, declared[name], clock, actor, source_label), name, dry_run)
         )
     if prune != "keep":
         removed = Schedule.objects.filter(declared__isnull=False).exclude(name__in=[str(n) for n in declared])
         for name in removed.order_by("name").values_list("name", flat=True):
-            report.outcomes.append(_one(lambda n=name: _remove(n, clock, actor, source_label, prune), name, dry_run))
+            report.outcomes.append(_one(partial(_remove, name, clock, actor, source_label, prune), name, dry_run))
     return report
 
 
-def _one(work: Any, name: Any, dry_run: bool) -> Outcome:
+def _one(work: Callable[[], Outcome], name: Any, dry_run: bool) -> Outcome:
+    """``work`` in its own transaction (rolled back for a dry run); a refused declaration is ``failed``."""
     try:
         with transaction.atomic():
             outcome = work()
