@@ -21,6 +21,7 @@ naming anything else fails its attempt, and nothing is ever imported by name.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from django.core import checks
@@ -34,7 +35,7 @@ from .models import Run
 from .registry import registry
 from .services import enqueue as enqueue_service
 from .services.runs import get_run
-from .services.validation import QUEUE_RE, framework_payload
+from .services.validation import QUEUE_RE, framework_payload, validate_task_queue
 
 OPTION_NAMES = {
     "MAX_ATTEMPTS": "max_attempts",
@@ -79,12 +80,18 @@ class DistschedBackend(BaseTaskBackend):
         self.validate_task(task)
         if self.policy is None:
             raise InvalidTask(f"TASKS[{self.alias!r}] is misconfigured: {self._policy_error}")
+        # The task's options (DISTSCHED["TASK_OPTIONS"]) fill what its declaration leaves at the defaults.
+        own = enqueue_service.Declared(queue=task.queue_name, priority=task.priority, policy=self.policy)
+        d = enqueue_service.with_options(task.module_path, own)
+        if (d.queue, d.priority) != (task.queue_name, task.priority):
+            validate_task_queue(task.module_path, d.queue)
+            task = replace(task, queue_name=d.queue, priority=d.priority)  # what the result describes
         job = enqueue_service.Job(
             task_name=task.module_path, args=framework_payload(args, field="args"),
             kwargs=framework_payload(kwargs, field="kwargs"),
-            queue=task.queue_name, priority=task.priority, run_after=task.run_after, unique_key=unique_key,
+            queue=d.queue, priority=d.priority, run_after=task.run_after, unique_key=unique_key,
         )  # fmt: skip
-        enqueued = enqueue_service.enqueue(job, now=current_clock().now(), policy=self.policy)
+        enqueued = enqueue_service.enqueue(job, now=current_clock().now(), policy=d.policy)
         if not enqueued.created:  # this task's unfinished run holding the key, shown as get_result shows it
             entry = registry.find(task.module_path)
             held = task

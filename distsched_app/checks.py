@@ -24,6 +24,8 @@ def check_distsched_settings(app_configs, **kwargs):
     problems.extend(queues_errors(user))
     problems.extend(task_requires_errors(user))
     problems.extend(limits_errors(user))
+    problems.extend(declared_schedules_errors(user))
+    problems.extend(task_options_errors())
     problems.extend(sqlite_mode_warnings(settings.DATABASES))
     lease = user.get("LEASE_SECONDS", DEFAULTS["LEASE_SECONDS"])
     beat = user.get("HEARTBEAT_SECONDS", DEFAULTS["HEARTBEAT_SECONDS"])
@@ -139,4 +141,34 @@ def limits_errors(user: dict) -> list[Error]:
             "'partition_by': ['account_id']}}.",
             id="distsched.E005",
         )
+    ]
+
+
+def declared_schedules_errors(user: dict) -> list[Error]:
+    """``SCHEDULES``: each declaration valid as a schedule (``services.declared_schedules``), one
+    error per schedule naming it and the field."""
+    from .clock import current_clock
+    from .services.declared_schedules import problems
+
+    return [
+        Error(
+            f"DISTSCHED['SCHEDULES'] {problem}.",
+            hint="For example {'nightly-report': {'task': 'reports.nightly', 'cron': '0 3 * * *'}}.",
+            id="distsched.E020",
+        )
+        for problem in problems(user.get("SCHEDULES"), now=current_clock().now())
+    ]
+
+
+def task_options_errors() -> list[Error]:
+    """``TASK_OPTIONS`` and ``@task(...)``'s options: known keys, valid values, importable exception classes."""
+    from .services.task_options import problems
+
+    return [
+        Error(
+            f"DISTSCHED['TASK_OPTIONS'] {problem}.",
+            hint="For example {'billing.charge': {'max_attempts': 5, 'retry_on': ['requests.Timeout']}}.",
+            id="distsched.E021",
+        )
+        for problem in problems()
     ]

@@ -36,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
     "LISTEN_DATABASE_URL": "",
     "TASK_REQUIRES": {},
     "LIMITS": {},
+    "SCHEDULES": None,  # None: no schedule is declared in code (apply changes nothing); {}: none is
+    "TASK_OPTIONS": {},
 }
 
 

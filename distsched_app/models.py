@@ -134,6 +134,9 @@ class Schedule(models.Model):
     # +1 on every recorded change of the configuration (``services.audit``; a trigger makes none);
     # runs carry the version that made them, and an update may name the version it expects.
     version = models.PositiveIntegerField(default=1, db_default=1)
+    # Declared in code (``DISTSCHED["SCHEDULES"]`` or a file given to ``schedule apply``): what was last
+    # applied, {"source": ..., "paused": bool} (``services.declared_schedules``); None: made by hand.
+    declared = models.JSONField(null=True, blank=True, editable=False)
 
     objects = ScheduleQuerySet.as_manager()
 

@@ -11,7 +11,7 @@ import inspect
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from .errors import DuplicateTask, UnknownTask
@@ -30,6 +30,9 @@ class TaskEntry:
     func: Callable[..., Any]
     accepts_context: bool
     framework_task: Any = None
+    # ``@task(name, max_attempts=..., retry_on=[...], queue=...)``: the task's own options
+    # (``services.task_options``; DISTSCHED["TASK_OPTIONS"] wins over them, key by key).
+    options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def takes_framework_context(self) -> bool:
@@ -58,7 +61,9 @@ class TaskRegistry:
         self._tasks: dict[str, TaskEntry] = {}
         self._lock = threading.Lock()
 
-    def register(self, name: str, func: Callable[..., Any], *, framework_task: Any = None) -> TaskEntry:
+    def register(
+        self, name: str, func: Callable[..., Any], *, framework_task: Any = None, options: dict[str, Any] | None = None
+    ) -> TaskEntry:
         if not isinstance(name, str) or not TASK_NAME_RE.match(name):
             raise DuplicateTask(f"invalid task name {name!r}: use 1-200 of A-Z a-z 0-9 _ . : -")
         with self._lock:
@@ -67,8 +72,12 @@ class TaskRegistry:
                 raise DuplicateTask(f"task {name!r} is already registered by {existing.func!r}")
             if existing is not None and framework_task is None:
                 framework_task = existing.framework_task  # the same function, also declared with @task
+            if existing is not None and options is None:
+                options = existing.options
             accepts = framework_task is None and _accepts_context(func)
-            entry = TaskEntry(name=name, func=func, accepts_context=accepts, framework_task=framework_task)
+            entry = TaskEntry(
+                name=name, func=func, accepts_context=accepts, framework_task=framework_task, options=options or {}
+            )
             self._tasks[name] = entry
             return entry
 
@@ -99,24 +108,37 @@ class TaskRegistry:
 registry = TaskRegistry()
 
 
+# A task's options (``services.task_options`` says what each does).
+TASK_OPTION_KEYS = (
+    *("max_attempts", "retry_base_seconds", "retry_max_seconds", "retry_jitter"),
+    *("retry_on", "give_up_on", "queue", "priority"),
+)
+
+
 @overload
 def task(name: F) -> F: ...
 @overload
-def task(name: str | None = None) -> Callable[[F], F]: ...
+def task(name: str | None = None, **options: Any) -> Callable[[F], F]: ...
 
 
-def task(name: Any = None) -> Any:
+def task(name: Any = None, **options: Any) -> Any:
     """Register a function as a task: ``@task("send_summary")`` or bare ``@task``.
 
-    A bare ``@task`` registers the function under ``module.qualname``.
+    A bare ``@task`` registers the function under ``module.qualname``. Keywords are the task's
+    options (``max_attempts``, ``retry_base_seconds``, ``retry_max_seconds``, ``retry_jitter``,
+    ``retry_on``, ``give_up_on``, ``queue``, ``priority``: ``services.task_options``);
+    ``DISTSCHED["TASK_OPTIONS"]`` wins over them. Their values are checked by the system check.
     """
+    unknown = sorted(set(options) - set(TASK_OPTION_KEYS))
+    if unknown:
+        raise TypeError(f"unknown @task option(s): {', '.join(unknown)} (known: {', '.join(TASK_OPTION_KEYS)})")
     if callable(name):
         func = name
         registry.register(f"{func.__module__}.{func.__qualname__}", func)
         return func
 
     def decorator(func: F) -> F:
-        registry.register(name or f"{func.__module__}.{func.__qualname__}", func)
+        registry.register(name or f"{func.__module__}.{func.__qualname__}", func, options=dict(options))
         return func
 
     return decorator

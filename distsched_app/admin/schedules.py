@@ -61,6 +61,7 @@ class ScheduleAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, ad
     object_actions = ("pause", "resume", "trigger")
     readonly_fields = (
         "version",
+        "declared_in",
         "next_run_at_utc",
         "upcoming",
         "recent_runs",
@@ -138,6 +139,15 @@ class ScheduleAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, ad
             change_url(Run, last_run_id),
             last_run_id,
             state_badge(getattr(obj, "last_run_state", "")),
+        )
+
+    @admin.display(description="declared in code")
+    def declared_in(self, obj: Schedule) -> str:
+        if not obj.declared:
+            return "no: made by hand"
+        return (
+            f"yes, in {obj.declared.get('source', 'settings')}: the next `schedule apply` (or ticker start) sets "
+            "every field but paused back to the declaration"
         )
 
     @admin.display(description="next 5 fire times (UTC)")

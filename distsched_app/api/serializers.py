@@ -68,6 +68,7 @@ SCHEDULE_FIELDS = [
     "overlap",
     "queue",
     "version",
+    "declared",
     "created_at",
     "updated_at",
 ]
@@ -134,11 +135,18 @@ class ScheduleSerializer(serializers.ModelSerializer):
         read_only=True,
         help_text="+1 on every change (GET .../history lists them); PATCH may name it as `expected_version`.",
     )
+    declared = serializers.SerializerMethodField(
+        help_text="Declared in code (DISTSCHED['SCHEDULES'] or `schedule apply --file`): the next apply sets every "
+        "field but `paused` back to the declaration."
+    )
 
     class Meta:
         model = Schedule
         fields = SCHEDULE_FIELDS
         read_only_fields = SCHEDULE_FIELDS
+
+    def get_declared(self, schedule: Schedule) -> bool:
+        return schedule.declared is not None
 
 
 class LastRunSerializer(serializers.ModelSerializer):

@@ -10,10 +10,10 @@ see it before the commit. Everything is validated first: nothing half-written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from .. import tracing
@@ -24,7 +24,7 @@ from ..errors import ValidationError
 from ..models import ACTIVE_STATES, MAX_PRIORITY, MIN_PRIORITY, Origin, Run, RunState
 from ..registry import registry
 from ..text import storable
-from . import limit_rules
+from . import limit_rules, task_options
 from .events import MAX_MESSAGE_CHARS
 from .validation import (
     MAX_ATTEMPTS_LIMIT,
@@ -104,14 +104,25 @@ class Job:
     task_name: str
     args: Sequence[Any] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
-    queue: str = "default"
-    priority: int = 0
+    queue: str | None = None  # None: the task's declared queue (``declared``), else "default"
+    priority: int | None = None  # None: the task's declared priority, else 0
     run_after: datetime | None = None
     unique_key: str = ""
 
 
-def _validated(job: Job, *, policy: RetryPolicy, now: datetime) -> db_runs.NewRun:
+def _validated(
+    job: Job, *, policy: RetryPolicy | None, now: datetime, declared_of: Callable[[str], Declared] | None = None
+) -> db_runs.NewRun:
+    """The run to write; what the job and ``policy`` leave out (None) is the task's declaration's."""
     validate_task_name(job.task_name)
+    if job.queue is None or job.priority is None or policy is None:
+        d = (declared_of or declared)(job.task_name)
+        job = replace(
+            job,
+            queue=d.queue if job.queue is None else job.queue,
+            priority=d.priority if job.priority is None else job.priority,
+        )
+        policy = policy or d.policy or default_policy()
     args, args_json = validated_json(job.args, field="args")
     kwargs, kwargs_json = validated_json(job.kwargs, field="kwargs")
     run_after = parse_datetime(job.run_after, field="run_after")
@@ -183,7 +194,7 @@ def enqueue(job: Job, *, now: datetime, policy: RetryPolicy | None = None, messa
     """Write one run and its ``created`` event in the current transaction (at most two
     INSERTs, one statement on PostgreSQL). With a ``unique_key`` held by an active run of the
     same task, nothing is written and that run is returned. ``message`` is the event's (who enqueued it)."""
-    new = _validated(job, policy=policy or default_policy(), now=now)
+    new = _validated(job, policy=policy, now=now)
     message = storable(message, MAX_MESSAGE_CHARS)
     with tracing.producer(lambda: _producer_span(new)) as span:
         context = tracing.carrier()
@@ -227,20 +238,41 @@ class Declared:
 
 
 def declared(task_name: str) -> Declared:
+    """With its options (``task_options``: TASK_OPTIONS over ``@task``'s keywords) over them."""
     entry = registry.find(task_name)
     task = entry.framework_task if entry is not None else None
     if task is None:
-        return Declared()
+        return with_options(task_name, Declared())
     try:
         backend = task.get_backend()
     except Exception:  # noqa: BLE001 - an alias no longer in TASKS: the task's own declaration still holds
         backend = None
     policy = getattr(backend, "policy", None)
-    return Declared(
-        queue=task.queue_name,
-        priority=task.priority,
-        policy=policy if isinstance(policy, RetryPolicy) else None,
+    return with_options(
+        task_name,
+        Declared(
+            queue=task.queue_name, priority=task.priority, policy=policy if isinstance(policy, RetryPolicy) else None
+        ),
     )
+
+
+def with_options(task_name: str, framework: Declared) -> Declared:
+    """``framework`` (a framework task's ``queue_name``, ``priority`` and backend policy; else the
+    defaults) completed by the task's options: a queue or priority left at the framework's default
+    ("default", 0) takes the option's, and each retry field given in the options replaces the
+    policy's. A framework task's explicit ``queue_name``/``priority`` (its decorator, ``using()``)
+    is the call's own choice and stays."""
+    options = task_options.merged(task_name)
+    if not options:
+        return framework
+    queue, priority = framework.queue, framework.priority
+    if queue == "default" and isinstance(options.get("queue"), str):
+        queue = options["queue"]
+    if priority == 0 and options.get("priority") is not None:
+        priority = options["priority"]
+    retry = {k: options[k] for k in task_options.POLICY_KEYS if k in options}
+    policy = validate_policy(retry, base=framework.policy) if retry else framework.policy
+    return Declared(queue=queue, priority=priority, policy=policy)
 
 
 def enqueue_declared(
@@ -271,8 +303,8 @@ def enqueue_declared(
 
 def enqueue_many(jobs: Sequence[Job], *, now: datetime, policy: RetryPolicy | None = None) -> list[Run]:
     """Write many runs and their events at once (no unique keys): the bulk path."""
-    policy = policy or default_policy()
-    new = [_validated(job, policy=policy, now=now) for job in jobs]
+    declared_of = lru_cache(maxsize=None)(declared)  # once per task of the batch
+    new = [_validated(job, policy=policy, now=now, declared_of=declared_of) for job in jobs]
     if any(n.unique_key for n in new):
         raise ValidationError(
             "unique keys are not supported by enqueue_many: enqueue those one by one", field="unique_key"

@@ -23,7 +23,7 @@ from ..conf import conf
 from ..db import fencing, locks, notify
 from ..models import LEASED_STATES, EventType, Run, RunState
 from ..text import storable, storable_json
-from . import events, limits
+from . import events, limits, task_options
 
 
 def truncate_error(text: str, limit: int | None = None) -> str:
@@ -70,6 +70,7 @@ def record_failure(
     started_at: datetime | None = None,
     record_started: bool = False,
     exception_class_path: str = "",
+    exception_type: type[BaseException] | None = None,
 ) -> str | None:
     """Record a failed attempt: retrying with backoff, dead, or cancelled.
 
@@ -78,7 +79,9 @@ def record_failure(
     and the traceback are kept on the ``failed`` event (django.tasks reads them
     as the attempt's ``TaskError``). ``final`` ends the run dead whatever attempts are left
     (a failure no retry can help, such as arguments that cannot be decoded). Returns the
-    new state, or None when the lease was lost.
+    new state, or None when the lease was lost. ``exception_type`` (the class the task raised, as
+    the worker caught it) decides with the task's ``retry_on``/``give_up_on`` options
+    (``task_options.give_up_reason``) whether a retry may help; if not, the run ends dead now.
     """
     with transaction.atomic():
         run = locks.row_locked(_fenced(run_id, worker_id, attempt).select_related("schedule"), of=("self",)).first()
@@ -118,7 +121,8 @@ def record_failure(
             log(EventType.CANCELLED, error if cancelled else "cancel requested")
         else:
             log(EventType.FAILED, error, data=detail)
-            if run.attempts < run.max_attempts and not final:
+            give_up = None if final else task_options.give_up_reason(run.task_name, exception_type)
+            if run.attempts < run.max_attempts and not final and give_up is None:
                 delay = retry_policy_of(run).delay(run.attempts, rand=rand)
                 available = now + timedelta(seconds=delay)
                 changes.update(state=RunState.RETRYING, available_at=available)
@@ -130,7 +134,7 @@ def record_failure(
                 )
             else:
                 changes.update(state=RunState.DEAD, finished_at=now)
-                left = "not retried" if final else "no attempts left"
+                left = "not retried" if final else f"not retried: {give_up}" if give_up else "no attempts left"
                 log(EventType.MARKED_DEAD, f"{left} ({run.attempts}/{run.max_attempts})")
         _fenced(run_id, worker_id, attempt).update(**changes)
         limits.release([run_id], now=now, replaced=[run_id] if run.cancel_requested else ())

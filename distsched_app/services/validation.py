@@ -298,28 +298,33 @@ def validate_schedule_fields(data: dict[str, Any], *, now: datetime, check_run_a
         raise ValidationError("start_at applies to interval and cron schedules; use run_at", field="start_at")
     out["start_at"] = start_at
 
+    # What the schedule leaves out (None) is its task's declaration's (TASK_OPTIONS, @task, a framework
+    # task's queue and backend OPTIONS: ``enqueue.declared``), else the DISTSCHED defaults; stored as values.
+    from .enqueue import declared
+
+    task = declared(out["task_name"])
+    policy = task.policy
     max_attempts = data.get("max_attempts")
-    out["max_attempts"] = bounded_int(
-        conf.MAX_ATTEMPTS if max_attempts is None else max_attempts,
-        field="max_attempts",
-        low=1,
-        high=MAX_ATTEMPTS_LIMIT,
-    )
+    if max_attempts is None:
+        max_attempts = conf.MAX_ATTEMPTS if policy is None else policy.max_attempts
+    out["max_attempts"] = bounded_int(max_attempts, field="max_attempts", low=1, high=MAX_ATTEMPTS_LIMIT)
     base = data.get("retry_base_seconds")
-    out["retry_base_seconds"] = bounded_float(
-        conf.RETRY_BASE_SECONDS if base is None else base, field="retry_base_seconds", low=0, high=86400 * 30
-    )
+    if base is None:
+        base = conf.RETRY_BASE_SECONDS if policy is None else policy.base
+    out["retry_base_seconds"] = bounded_float(base, field="retry_base_seconds", low=0, high=86400 * 30)
     cap = data.get("retry_max_seconds")
-    out["retry_max_seconds"] = bounded_float(
-        conf.RETRY_MAX_SECONDS if cap is None else cap, field="retry_max_seconds", low=0, high=86400 * 365
-    )
+    if cap is None:
+        cap = conf.RETRY_MAX_SECONDS if policy is None else policy.cap
+    out["retry_max_seconds"] = bounded_float(cap, field="retry_max_seconds", low=0, high=86400 * 365)
     if out["retry_max_seconds"] < out["retry_base_seconds"]:
         raise ValidationError("retry_max_seconds must be at least retry_base_seconds", field="retry_max_seconds")
     jitter = data.get("retry_jitter")
-    out["retry_jitter"] = bounded_float(0 if jitter is None else jitter, field="retry_jitter", low=0, high=1)
+    if jitter is None:
+        jitter = 0 if policy is None else policy.jitter
+    out["retry_jitter"] = bounded_float(jitter, field="retry_jitter", low=0, high=1)
     out["catch_up"] = _choice(data.get("catch_up") or conf.CATCH_UP, CatchUp, field="catch_up")
     out["overlap"] = _choice(data.get("overlap") or Overlap.ALLOW, Overlap, field="overlap")
-    out["queue"] = validate_task_queue(out["task_name"], validate_queue(data.get("queue") or "default"))
+    out["queue"] = validate_task_queue(out["task_name"], validate_queue(data.get("queue") or task.queue))
     paused = data.get("paused", False)
     if not isinstance(paused, bool):
         raise ValidationError("paused must be true or false", field="paused")

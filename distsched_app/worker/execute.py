@@ -53,6 +53,7 @@ class Attempt:
     final: bool = False  # the failure cannot be helped by a retry: the run ends dead now
     error: str = ""
     error_class: str = ""  # the exception's class path, e.g. "builtins.ValueError"
+    error_type: type[BaseException] | None = None  # its class (a task's retry_on/give_up_on decide with it)
     tb: str = ""
     result: Any = None
     entry: TaskEntry | None = None  # the registered task, once looked up
@@ -163,6 +164,8 @@ def call_task(
             except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from task code fail the run
                 attempt.failed, attempt.error, attempt.tb = True, describe_exception(exc), format_traceback(exc)
                 attempt.error_class = class_path(exc)
+                # Raised by the task (not by looking it up): its retry_on/give_up_on apply.
+                attempt.error_type = type(exc) if attempt.entry is not None else None
                 span.fail(exc, error_class=attempt.error_class, error=attempt.error, tb=attempt.tb)
         span.set(
             "distsched.run.outcome", "cancelled" if attempt.cancelled else "failed" if attempt.failed else "succeeded"

@@ -67,6 +67,7 @@ class Recorder:
                         cancelled=attempt.cancelled,
                         final=attempt.final,
                         exception_class_path=attempt.error_class,
+                        exception_type=attempt.error_type,
                         started_at=attempt.started_at,
                         record_started=not attempt.started_recorded,
                     )

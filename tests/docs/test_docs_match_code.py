@@ -62,7 +62,10 @@ def test_commands_named_in_docs_exist():
 @pytest.mark.django_db
 def test_distsched_subcommands_in_docs_exist():
     groups = {
-        "schedule": {"create", "list", "show", "update", "pause", "resume", "trigger", "delete", "history", "restore"},
+        "schedule": {
+            *("create", "list", "show", "update", "pause", "resume", "trigger", "delete", "history", "restore"),
+            "apply",
+        },
         "run": {"enqueue", "list", "show", "cancel", "requeue"},
         "worker": {"list"},
         "queue": {"pause", "resume", "list", "history"},

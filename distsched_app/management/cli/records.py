@@ -40,6 +40,7 @@ def schedule_record(schedule: Schedule, *, upcoming: list[datetime] | None = Non
         "overlap": schedule.overlap,
         "queue": schedule.queue,
         "version": schedule.version,
+        "declared": schedule.declared is not None,
         "created_at": iso(schedule.created_at),
         "updated_at": iso(schedule.updated_at),
     }

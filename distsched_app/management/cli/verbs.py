@@ -15,9 +15,9 @@ from typing import Any
 from ...errors import DuplicateName, ScheduleNotFound, ValidationError
 from ...models import Run, RunState, Schedule, schedule_name_of
 from ...services import enqueue, explain, maintenance, queries, runs, schedules, stats, workers
+from . import celery_import, declared, records, schedule_changes
 from . import limits as limit_verbs
 from . import queues as queue_verbs
-from . import records, schedule_changes
 from .progress import Interrupted, ProgressBar, progress_bar
 from .schedule_changes import CREATE_OPTIONS, changed_by
 from .tables import key_values, seconds, table, when
@@ -372,6 +372,8 @@ VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     "schedule resume": schedule_resume,
     "schedule trigger": schedule_trigger,
     **schedule_changes.VERBS,
+    **declared.VERBS,
+    **celery_import.VERBS,
     "run enqueue": run_enqueue,
     "run list": run_list,
     "run show": run_show,

@@ -5,6 +5,7 @@
     distsched worker list
     distsched queue pause|resume|list|history
     distsched limit list|show|set|reset
+    distsched import celery-beat
     distsched stats
     distsched prune --older-than 30d [--audit-older-than 400d]
 
@@ -27,7 +28,7 @@ from ...models import CatchUp, Origin, Overlap, RunState
 from ...services import maintenance
 from ...text import storable
 from ..base import DistschedCommand, int_up_to, positive_int, storable_text
-from ..cli import schedule_changes
+from ..cli import celery_import, declared, schedule_changes
 from ..cli.args import duration, duration_or_seconds, json_payload, object_id, whole_number
 from ..cli.progress import INTERRUPTED_STATUS, Interrupted
 from ..cli.verbs import VERBS
@@ -47,7 +48,7 @@ class Command(DistschedCommand):
     def add_command_arguments(self, parser: Any) -> None:
         # The base class made ``parser`` a OneLineParser; subparsers copy its class.
         groups = parser.add_subparsers(
-            dest="group", metavar="{schedule,run,worker,queue,limit,stats,prune}", required=True
+            dest="group", metavar="{schedule,run,worker,queue,limit,import,stats,prune}", required=True
         )
 
         schedule = groups.add_parser(
@@ -113,6 +114,7 @@ class Command(DistschedCommand):
             if verb != "show":
                 leaf.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for the history.")
         schedule_changes.add_arguments(verbs, _leaf)
+        declared.add_arguments(verbs, _leaf)
 
         run = groups.add_parser("run", help="Enqueue, list, inspect, cancel and requeue runs.")
         verbs = run.add_subparsers(dest="verb", required=True)
@@ -217,6 +219,8 @@ class Command(DistschedCommand):
         reset.add_argument("name", type=storable_text, metavar="NAME")
         reset.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for whoever looks later.")
 
+        celery_import.add_arguments(groups, _leaf)
+
         _leaf(groups, "stats", "Run, schedule and worker figures.")
         prune = _leaf(groups, "prune", "Delete finished runs, their events and old workers.")
         prune.add_argument(
@@ -246,20 +250,21 @@ class Command(DistschedCommand):
         key = options["group"] if options["group"] in ("stats", "prune") else f"{options['group']} {options['verb']}"
         # Long verbs draw their progress here when it is a terminal; never with --json.
         options["progress_stream"] = None if options["json"] else self.stderr
-        interrupted = False
+        interrupted, status = False, INTERRUPTED_STATUS
         try:
             document, text = VERBS[key](now, options)
         except DistschedError as exc:
             raise CommandError(storable(" ".join(str(exc).split()))) from None
         except Interrupted as stop:  # Ctrl-C: what was done is the output, then exit 130
             document, text, interrupted = stop.document, stop.text, True
+            status = getattr(stop, "status", INTERRUPTED_STATUS)  # 1: done in part (declared.Incomplete)
         # Rows written before the storable-text rule may hold lone surrogates: escaped, never a crash.
         if options["json"]:
             self.stdout.write(storable(json.dumps(document, indent=2, ensure_ascii=False)))
         else:
             self.stdout.write(storable(text))
         if interrupted:
-            raise SystemExit(INTERRUPTED_STATUS)
+            raise SystemExit(status)
 
 
 def _leaf(subparsers: Any, name: str, text: str) -> Any:

@@ -8,6 +8,7 @@ from django.core.management.base import CommandError
 
 from ... import checks
 from ...errors import DistschedError
+from ...services import declared_schedules
 from ...text import storable
 from ...worker import Worker
 from ..base import DistschedCommand, positive_float, positive_int, queue_list
@@ -82,6 +83,8 @@ class Command(DistschedCommand):
             )
         except DistschedError as exc:
             raise CommandError(storable(str(exc))) from None
+        if options["with_tick"]:
+            declared_schedules.apply_at_startup(worker.clock, process="worker")
         if options["once"]:
             # At most one run, nothing due is fine; through run() so that SIGTERM
             # finishes the run gracefully and the stopped status is recorded.

@@ -14,6 +14,7 @@ from ... import checks
 from ...clock import current_clock
 from ...conf import conf
 from ...db.retry import Backoff, is_transient, reset_connection
+from ...services import declared_schedules
 from ...services.tick import tick
 from ...services.workers import database_label
 from ..base import DistschedCommand, seconds_up_to
@@ -84,6 +85,7 @@ class Command(DistschedCommand):
             "ticker started",
             extra={"distsched": {"database": database_label(), "interval": interval, "pid": os.getpid()}},
         )
+        declared_schedules.apply_at_startup(clock, process="ticker")
         while not stop.is_set():
             now = clock.now()  # read once per tick: the tick and the summary's period use it
             if (now - period.since).total_seconds() >= SUMMARY_EVERY_SECONDS:

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.django_db
 SCHEDULE_KEYS = {
     "name",
     "version",
+    "declared",
     "task_name",
     "args",
     "kwargs",
