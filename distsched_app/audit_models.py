@@ -19,6 +19,7 @@ class AuditTarget(models.TextChoices):
     RUN = "run", "run"
     QUEUE = "queue", "queue"
     LIMIT = "limit", "limit"
+    BULK = "bulk", "bulk action"  # an action on every run matching a filter (``services.bulk``)
 
 
 class AuditAction(models.TextChoices):
