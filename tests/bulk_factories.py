@@ -25,13 +25,23 @@ def make_runs(
     start = Run.objects.count()
     rows = [
         Run(
-            task_name=task_name, schedule=schedule, state=state, queue=queue,
+            task_name=task_name,
+            schedule=schedule,
+            state=state,
+            queue=queue,
             origin=Origin.SCHEDULE if schedule is not None else Origin.ENQUEUED,
-            scheduled_for=now + timedelta(seconds=start + i), available_at=now, created_at=now, updated_at=now, finished_at=finished,
-            attempts=attempts if state != RunState.PENDING else 0, max_attempts=3,
-            idempotency_key=f"{prefix}:{start + i}", unique_key=unique_key,
-            lease_owner="w1" if leased else "", lease_expires_at=now if leased else None,
-        )  # fmt: skip
+            scheduled_for=now + timedelta(seconds=start + i),
+            available_at=now,
+            created_at=now,
+            updated_at=now,
+            finished_at=finished,
+            attempts=attempts if state != RunState.PENDING else 0,
+            max_attempts=3,
+            idempotency_key=f"{prefix}:{start + i}",
+            unique_key=unique_key,
+            lease_owner="w1" if leased else "",
+            lease_expires_at=now if leased else None,
+        )
         for i in range(n)
     ]
     return [r.pk for r in Run.objects.bulk_create(rows, batch_size=500)]

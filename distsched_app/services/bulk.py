@@ -146,8 +146,8 @@ def create_bulk_action(
     state = BulkState.PENDING if matched else BulkState.DONE
     with transaction.atomic():
         job = BulkAction.objects.create(
-            action=action, filter=cleaned, actor=who[0], source=who[1], reason=who[2], state=state,
-            max_run_id=top, cursor=first - 1, matched=matched, created_at=now, updated_at=now, finished_at=None if matched else now,
+            action=action, filter=cleaned, actor=who[0], source=who[1], reason=who[2], state=state, max_run_id=top,
+            cursor=first - 1, matched=matched, created_at=now, updated_at=now, finished_at=None if matched else now,
         )  # fmt: skip
         audit.record(
             kind=AuditTarget.BULK, target=str(job.pk), action=action, now=now, who=who,
@@ -157,9 +157,13 @@ def create_bulk_action(
 
 
 def get_bulk_action(pk: Any) -> BulkAction:
+    """The job of id ``pk`` (an int, or its digits as text); ``BulkActionNotFound`` otherwise."""
+    text = str(pk) if isinstance(pk, int) and not isinstance(pk, bool) else pk
+    if not (isinstance(text, str) and text.isascii() and text.isdigit() and 0 < int(text[:20]) < 2**63):
+        raise BulkActionNotFound(f"no bulk action with id {pk!r}")
     try:
-        return BulkAction.objects.get(pk=int(pk))
-    except (BulkAction.DoesNotExist, ValueError, TypeError, OverflowError):
+        return BulkAction.objects.get(pk=int(text))
+    except BulkAction.DoesNotExist:
         raise BulkActionNotFound(f"no bulk action with id {pk!r}") from None
 
 
@@ -215,7 +219,9 @@ def acquire(owner: str, now: datetime, *, job_id: int | None = None) -> BulkActi
 
 def release(job_id: int, owner: str, now: datetime) -> None:
     """Give the lease up (the job stays unfinished): the next processor need not wait for it to expire."""
-    BulkAction.objects.filter(pk=job_id, lease_owner=owner).update(lease_owner="", lease_expires_at=None, updated_at=now)
+    BulkAction.objects.filter(pk=job_id, lease_owner=owner).update(
+        lease_owner="", lease_expires_at=None, updated_at=now
+    )
 
 
 def process_batch(job_id: int, owner: str, now: datetime, *, batch_size: int = BATCH_SIZE) -> BulkAction:

@@ -11,6 +11,7 @@ exclusive). ``clean`` checks one and returns it JSON-ready (what is stored and s
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from django.db.models import Q
@@ -19,7 +20,7 @@ from ..clock import iso_utc
 from ..errors import ValidationError
 from ..models import MAX_PRIORITY, MIN_PRIORITY, Origin, RunState
 from ..text import unstorable
-from .validation import bounded_int, parse_datetime
+from .validation import bounded_int
 
 TEXT_KEYS = {"schedule": "schedule__name", "task_name": "task_name", "queue": "queue"}
 TIME_KEYS = {
@@ -53,6 +54,17 @@ def _text(key: str, value: Any) -> str:
     return value
 
 
+def _moment(key: str, value: Any) -> datetime:
+    """An instant of any year (a bound compares, it never recurs): ISO 8601 with an offset."""
+    try:
+        when = datetime.fromisoformat(value) if isinstance(value, str) else None
+        if when is not None and when.tzinfo is not None:
+            return when.astimezone(timezone.utc)
+    except (ValueError, OverflowError):
+        pass
+    raise ValidationError(f"{key} must be an ISO 8601 datetime with an offset", field=_field(key))
+
+
 def clean(data: Any) -> dict[str, Any]:
     """The filter checked and normalised (states in their declared order, times in UTC)."""
     if data is None:
@@ -81,10 +93,7 @@ def clean(data: Any) -> dict[str, Any]:
         elif key == "priority":
             out[key] = bounded_int(value, field=_field(key), low=MIN_PRIORITY, high=MAX_PRIORITY)
         else:
-            when = parse_datetime(value, field=_field(key)) if isinstance(value, str) else None
-            if when is None:
-                raise ValidationError(f"{key} must be an ISO 8601 datetime with an offset", field=_field(key))
-            out[key] = iso_utc(when)
+            out[key] = iso_utc(_moment(key, value))
     return out
 
 
@@ -99,7 +108,7 @@ def to_q(cleaned: dict[str, Any]) -> Q:
         elif key in ("origin", "priority"):
             q &= Q(**{key: value})
         else:
-            q &= Q(**{TIME_KEYS[key]: parse_datetime(value, field=_field(key))})
+            q &= Q(**{TIME_KEYS[key]: _moment(key, value)})
     return q
 
 

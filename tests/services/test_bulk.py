@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 
 from distsched_app.errors import BulkActionNotFound, ValidationError
@@ -133,9 +131,14 @@ def test_resume_after_a_crash_goes_on_from_the_cursor(clock):
     assert done.batches == 2 and (job.state, job.done, job.skipped, job.batches) == (BulkState.DONE, 10, 0, 3)
     assert states(ids) == {RunState.PENDING}
     # Each run requeued exactly once: nothing redone, nothing skipped.
-    assert list(
-        RunEvent.objects.filter(run_id__in=ids, event_type=EventType.REQUEUED).order_by("run_id").values_list("run_id", flat=True)
-    ) == ids
+    assert (
+        list(
+            RunEvent.objects.filter(run_id__in=ids, event_type=EventType.REQUEUED)
+            .order_by("run_id")
+            .values_list("run_id", flat=True)
+        )
+        == ids
+    )
 
 
 def test_the_old_owner_cannot_write_once_another_took_the_job(clock):
@@ -240,7 +243,9 @@ def test_time_bounds_and_state_lists(clock):
     early = make_runs(2, now=clock.now())
     clock.advance(hours=1)
     late = make_runs(2, now=clock.now(), state=RunState.CANCELLED, prefix="late")
-    found = bulk.preview(action="requeue", filter={"state": ["dead", "cancelled"], "created_after": clock.now().isoformat()})
+    found = bulk.preview(
+        action="requeue", filter={"state": ["dead", "cancelled"], "created_after": clock.now().isoformat()}
+    )
     assert found.count == 2 and found.filter["created_after"].endswith("Z")
     job = bulk.create_bulk_action(
         action="requeue", filter={"finished_before": clock.now().isoformat()}, now=clock.now()

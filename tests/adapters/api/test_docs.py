@@ -27,6 +27,8 @@ PATHS = {
     "/api/runs/{id}/explain/": {"get"},
     "/api/runs/{id}/cancel/": {"post"},
     "/api/runs/{id}/requeue/": {"post"},
+    "/api/runs/bulk/": {"get", "post"},
+    "/api/runs/bulk/{id}/": {"get"},
     "/api/workers/": {"get"},
     "/api/stats/": {"get"},
     "/api/queues/": {"get"},
