@@ -126,9 +126,9 @@ def summary(job: BulkAction) -> str:
 
 
 def filter_of(o: dict[str, Any]) -> dict[str, Any]:
-    found = {key: o.get(opt) for opt, key in FILTER_OPTIONS.items() if o.get(opt) is not None}
-    if "state" in found and len(found["state"]) == 1:
-        found["state"] = found["state"][0]
+    found: dict[str, Any] = {key: o[opt] for opt, key in FILTER_OPTIONS.items() if o.get(opt) is not None}
+    if len(found.get("state", ())) == 1:
+        found["state"] = found["state"][0]  # --state given once: one state, as the API's filter names it
     return found
 
 
