@@ -124,4 +124,5 @@ def describe(cleaned: dict[str, Any]) -> str:
     """``state=dead schedule=nightly`` (or ``all runs``): how messages and the admin name a filter."""
     if not cleaned:
         return "all runs"
-    return " ".join(f"{k}={','.join(v) if isinstance(v, list) else v}" for k, v in cleaned.items())
+    shown = ((k, cleaned[k]) for k in KEYS if k in cleaned)  # the vocabulary's order (a jsonb column keeps none)
+    return " ".join(f"{k}={','.join(v) if isinstance(v, list) else v}" for k, v in shown)
