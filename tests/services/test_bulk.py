@@ -267,3 +267,17 @@ def test_batch_services_skip_runs_no_longer_in_an_allowed_state(clock):
     Run.objects.filter(pk=ids[0]).update(state=RunState.PENDING)
     outcome = runs.requeue_many(ids, now=clock.now(), reason="by test", states=["dead"])
     assert (outcome.done, outcome.skipped) == (2, 1)
+
+
+def test_a_worker_loop_works_on_bulk_actions_between_claims(clock):
+    from distsched_app.worker import Worker
+
+    ids = make_runs(5, now=clock.now())
+    job = bulk.create_bulk_action(action="requeue", filter={"state": "dead"}, now=clock.now())
+    worker = Worker(worker_id="w-bulk", clock=clock, heartbeat_seconds=3600)
+    worker.loop.maybe_bulk()
+    job.refresh_from_db()
+    assert job.state == BulkState.DONE and states(ids) == {RunState.PENDING}
+    later = bulk.create_bulk_action(action="cancel", filter={"state": "pending"}, now=clock.now())
+    worker.loop.maybe_bulk()  # nothing was left last time: the next look waits BULK_IDLE_SECONDS
+    assert BulkAction.objects.get(pk=later.pk).state == BulkState.PENDING
