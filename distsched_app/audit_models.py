@@ -38,6 +38,8 @@ class AuditAction(models.TextChoices):
     OVERRIDE = "override", "override"
     RESET = "reset", "reset"
     EXPIRED = "expired", "expired"
+    # bulk actions: created with the run action (cancel, requeue); stopped by an operator
+    STOP = "stop", "stop"
 
 
 class AuditSource(models.TextChoices):

@@ -2,8 +2,9 @@
 
 ``POST`` with ``dry_run`` counts (200); otherwise it creates a durable job and answers 202 with
 its id and URL at once: the runs are acted on later, in batches, by the workers (or ``distsched
-bulk process``), never inside the request. ``GET /api/runs/bulk/{id}`` shows its progress. Creating
-one needs ``change_run`` (what cancelling or requeueing one run needs); reading them, reading runs.
+bulk process``), never inside the request. ``GET /api/runs/bulk/{id}`` shows its progress;
+``POST /api/runs/bulk/{id}/cancel`` stops it. Creating or stopping one needs ``change_run`` (what
+cancelling or requeueing one run needs); reading them, reading runs.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -21,7 +23,7 @@ from ..services import audit, run_filters
 from ..services import bulk as bulk_service
 from .errors import error_responses
 from .fields import StrictBooleanField, StrictCharField
-from .history import changed_by
+from .history import ReasonSerializer, changed_by, reason_of
 from .pagination import NewestFirstPagination
 from .permissions import may, may_read
 from .views import ApiView
@@ -111,7 +113,12 @@ class BulkActionSerializer(serializers.ModelSerializer):
 class BulkActionViewSet(ApiView, viewsets.GenericViewSet):
     """Bulk actions on runs: create one (or count, with ``dry_run``), list them, follow one."""
 
-    required_permissions = {"create": may("change", "run"), "list": may_read("run"), "retrieve": may_read("run")}
+    required_permissions = {
+        "create": may("change", "run"),
+        "cancel": may("change", "run"),
+        "list": may_read("run"),
+        "retrieve": may_read("run"),
+    }
     queryset = BulkAction.objects.all()
     pagination_class = NewestFirstPagination
     serializer_class = BulkActionSerializer
@@ -173,3 +180,16 @@ class BulkActionViewSet(ApiView, viewsets.GenericViewSet):
     )
     def retrieve(self, request: Request, pk: str) -> Response:
         return Response(BulkActionSerializer(bulk_service.get_bulk_action(pk)).data)
+
+    @extend_schema(
+        operation_id="runs_bulk_cancel",
+        summary="Stop a pending or running bulk action (what its batches did stays done); 409 once it has ended",
+        parameters=[ID_PARAM],
+        request=ReasonSerializer,
+        responses={200: BulkActionSerializer, **error_responses(400, 404, 409, 415)},
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        bulk_service.get_bulk_action(pk)  # an unknown id is a 404 whatever the body
+        job = bulk_service.stop_bulk_action(pk, now=self.now(), **changed_by(request, reason_of(request)))
+        return Response(BulkActionSerializer(job).data)

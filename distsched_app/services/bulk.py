@@ -18,7 +18,8 @@ One processor at a time: a processor takes a job by a conditional UPDATE of its 
 expired), and each batch first renews the lease on the condition that it still holds it (the
 batch's fence). The job row stays locked until the batch commits, so nobody can take the job
 mid-batch; a processor that died leaves a lease that runs out after ``LEASE_SECONDS``, and the
-next one continues.
+next one continues. An operator may stop a job (``stop_bulk_action``): its next batch finds it
+no longer running and writes nothing.
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ from django.db import transaction
 from django.db.models import Count, F, Max, Min, Q, QuerySet
 
 from ..clock import Clock
+from ..db import locks
 from ..db.retry import is_transient
-from ..errors import BulkActionNotFound, ValidationError
+from ..errors import BulkActionNotFound, InvalidStateTransition, ValidationError
 from ..models import (
     UNFINISHED_BULK_STATES,
+    AuditAction,
     AuditSource,
     AuditTarget,
     BulkAction,
@@ -153,6 +156,30 @@ def create_bulk_action(
             kind=AuditTarget.BULK, target=str(job.pk), action=action, now=now, who=who,
             data={"filter": cleaned, "matched": matched, "max_run_id": top},
         )  # fmt: skip
+    return job
+
+
+def stop_bulk_action(
+    pk: Any, *, now: datetime, actor: str = audit.CODE, source: str = AuditSource.CODE, reason: str = ""
+) -> BulkAction:
+    """Stop an unfinished job (state ``cancelled``): the batches done stay done, no other starts.
+    Waits for a batch in flight (its row lock); audited. ``InvalidStateTransition`` once finished."""
+    who = audit.who(actor, source, reason)
+    job = get_bulk_action(pk)
+    with transaction.atomic():
+        job = locks.row_locked(BulkAction.objects.filter(pk=job.pk)).get()
+        if job.state not in UNFINISHED_BULK_STATES:
+            raise InvalidStateTransition(
+                f"bulk action {job.pk} is {job.state}; only a pending or running one can be stopped"
+            )
+        BulkAction.objects.filter(pk=job.pk).update(
+            state=BulkState.CANCELLED, finished_at=now, lease_owner="", lease_expires_at=None, updated_at=now
+        )
+        audit.record(
+            kind=AuditTarget.BULK, target=str(job.pk), action=AuditAction.STOP, now=now, who=who,
+            data={"done": job.done, "skipped": job.skipped, "matched": job.matched},
+        )  # fmt: skip
+    job.refresh_from_db()
     return job
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distsched_app.errors import BulkActionNotFound, ValidationError
+from distsched_app.errors import BulkActionNotFound, InvalidStateTransition, ValidationError
 from distsched_app.models import AuditEntry, AuditTarget, BulkAction, BulkState, EventType, Run, RunEvent, RunState
 from distsched_app.services import bulk, runs
 from tests.bulk_factories import make_runs
@@ -281,3 +281,20 @@ def test_a_worker_loop_works_on_bulk_actions_between_claims(clock):
     later = bulk.create_bulk_action(action="cancel", filter={"state": "pending"}, now=clock.now())
     worker.loop.maybe_bulk()  # nothing was left last time: the next look waits BULK_IDLE_SECONDS
     assert BulkAction.objects.get(pk=later.pk).state == BulkState.PENDING
+
+
+def test_stopping_a_job_keeps_what_its_batches_did_and_starts_no_other(clock):
+    ids = make_runs(6, now=clock.now())
+    job = bulk.create_bulk_action(action="requeue", filter={"state": "dead"}, now=clock.now())
+    bulk.process_bulk_actions(clock, owner="A", batch_size=2, budget_seconds=0)  # one batch, then let go
+    bulk.acquire("B", clock.now())
+    stopped = bulk.stop_bulk_action(job.pk, now=clock.now(), actor="user:ann", source="api", reason="wrong filter")
+    assert (stopped.state, stopped.done, stopped.finished_at, stopped.lease_owner) == ("cancelled", 2, clock.now(), "")
+    with pytest.raises(bulk.LeaseLost):  # B's next batch finds it stopped and writes nothing
+        bulk.process_batch(job.pk, "B", clock.now(), batch_size=2)
+    assert bulk.process_bulk_actions(clock).batches == 0
+    assert sorted(Run.objects.filter(pk__in=ids).values_list("state", flat=True)) == ["dead"] * 4 + ["pending"] * 2
+    entry = AuditEntry.objects.order_by("id").last()
+    assert (entry.action, entry.target, entry.actor, entry.reason) == ("stop", str(job.pk), "user:ann", "wrong filter")
+    with pytest.raises(InvalidStateTransition):
+        bulk.stop_bulk_action(job.pk, now=clock.now())

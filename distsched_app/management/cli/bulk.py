@@ -75,13 +75,16 @@ def add_filter_arguments(parser: Any) -> None:
 
 
 def add_arguments(groups: Any, leaf: Callable[..., Any]) -> None:
-    """``distsched bulk list|show|process``."""
-    group = groups.add_parser("bulk", help="Bulk actions on runs: list, show, process in the foreground.")
+    """``distsched bulk list|show|cancel|process``."""
+    group = groups.add_parser("bulk", help="Bulk actions on runs: list, show, cancel, process in the foreground.")
     verbs = group.add_subparsers(dest="verb", required=True)
     listing = leaf(verbs, "list", "Bulk actions, newest first, with their progress.")
     listing.add_argument("--limit", type=int_up_to(MAX_LIST), default=50, help="How many (default %(default)s).")
     show = leaf(verbs, "show", "One bulk action: its filter, who asked, progress.")
     show.add_argument("bulk_id", type=int, metavar="ID")
+    stop = leaf(verbs, "cancel", "Stop a pending or running bulk action (what it did stays done).")
+    stop.add_argument("bulk_id", type=int, metavar="ID")
+    stop.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for the action log.")
     process = leaf(verbs, "process", "Process unfinished bulk actions (or only ID) here, until none is left.")
     process.add_argument("bulk_id", type=int, metavar="ID", nargs="?")
     process.add_argument("--batch-size", type=int_up_to(bulk.MAX_BATCH_SIZE), default=bulk.BATCH_SIZE, help=BATCH_HELP)
@@ -193,7 +196,7 @@ def _shower(bar: ProgressBar | None) -> Callable[[BulkAction], None]:
     return show
 
 
-# ---------------------------------------------------------------- bulk list|show|process
+# ---------------------------------------------------------------- bulk list|show|cancel|process
 
 
 def bulk_list(now: datetime, o: dict[str, Any]) -> Output:
@@ -214,6 +217,11 @@ def bulk_show(now: datetime, o: dict[str, Any]) -> Output:
     return document, key_values(pairs)
 
 
+def bulk_cancel(now: datetime, o: dict[str, Any]) -> Output:
+    job = bulk.stop_bulk_action(o["bulk_id"], now=now, **changed_by(o))
+    return bulk_record(job), summary(job)
+
+
 def bulk_process(now: datetime, o: dict[str, Any]) -> Output:
     if o["bulk_id"] is not None:
         return follow(bulk.get_bulk_action(o["bulk_id"]), o)
@@ -227,5 +235,6 @@ def bulk_process(now: datetime, o: dict[str, Any]) -> Output:
 VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     "bulk list": bulk_list,
     "bulk show": bulk_show,
+    "bulk cancel": bulk_cancel,
     "bulk process": bulk_process,
 }

@@ -2,7 +2,7 @@
 
     distsched schedule create|list|show|update|pause|resume|trigger|delete|history|restore
     distsched run enqueue|list|show|cancel|requeue (one run, or --state ... --yes: every matching run)
-    distsched bulk list|show|process
+    distsched bulk list|show|cancel|process
     distsched worker list
     distsched queue pause|resume|list|history
     distsched limit list|show|set|reset

@@ -85,3 +85,14 @@ def test_the_run_detail_routes_still_work(api, api_clock):
     assert api.post(f"/api/runs/{run}/requeue").status_code == 200
     job = bulk.create_bulk_action(action="cancel", filter={}, now=api_clock.now())
     assert job.state == BulkState.PENDING and job.matched == 1  # the requeued run is pending now
+
+
+def test_cancel_stops_a_job_and_is_a_409_once_it_ended(api, api_clock):
+    make_runs(3, now=api_clock.now())
+    job = api.post("/api/runs/bulk", {"filter": {"state": "dead"}, "action": "requeue"}).json()
+    stopped = api.post(f"{job['url']}/cancel", {"reason": "wrong filter"})
+    assert stopped.status_code == 200, stopped.content
+    assert (stopped.json()["state"], stopped.json()["done"]) == ("cancelled", 0)
+    assert api.post(f"{job['url']}/cancel").status_code == 409
+    assert api.post("/api/runs/bulk/999999/cancel").status_code == 404
+    assert set(Run.objects.values_list("state", flat=True)) == {RunState.DEAD}

@@ -29,6 +29,7 @@ PATHS = {
     "/api/runs/{id}/requeue/": {"post"},
     "/api/runs/bulk/": {"get", "post"},
     "/api/runs/bulk/{id}/": {"get"},
+    "/api/runs/bulk/{id}/cancel/": {"post"},
     "/api/workers/": {"get"},
     "/api/stats/": {"get"},
     "/api/queues/": {"get"},

@@ -98,6 +98,7 @@ OPERATIONS = [
     ("GET", "/api/runs/bulk/"),
     ("POST", "/api/runs/bulk/"),
     ("GET", "/api/runs/bulk/{id}/"),
+    ("POST", "/api/runs/bulk/{id}/cancel/"),
     ("GET", "/api/workers/"),
     ("GET", "/api/stats/"),
     ("GET", "/api/queues/"),

@@ -159,3 +159,13 @@ def test_a_job_another_processor_holds_is_watched_not_processed(cli, clock, monk
     monkeypatch.setattr("distsched_app.management.cli.bulk.time.sleep", finish_meanwhile)
     out = cli("bulk", "process", str(job.pk))
     assert looks == [0.5] and "done, 2 of 2" in out
+
+
+def test_bulk_cancel_stops_a_job(cli, clock):
+    make_runs(3, now=clock.now())
+    cli("run", "requeue", "--state", "dead", "--yes", "--background")
+    job = BulkAction.objects.get()
+    out = cli("bulk", "cancel", str(job.pk), "--reason", "oops")
+    assert out.startswith(f"bulk action {job.pk} (requeue state=dead): cancelled, 0 of 3")
+    with pytest.raises(CommandError, match="only a pending or running one can be stopped"):
+        cli("bulk", "cancel", str(job.pk))
