@@ -12,7 +12,7 @@ processed either here (``services.bulk.process_bulk_actions``, timing every batc
 by ``--workers`` real ``runworker`` processes (serving no queue: they only do bulk work). Reports
 the total time, runs per second, the longest batch transaction and the longest request; the goal
 is that every request and every transaction stays under 1 s. Results go to
-``bench/results/bulk-<db>.json``.
+``bench/results/bulk-<db>.json`` (``bulk-workers-<db>.json`` with ``--workers``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def main() -> int:
         assert job["state"] == "done" and job["done"] == args.dead, job
         data |= summarise(args, total, batches, requests, job)
         verify(args)
-        path = c.write_results(NAME, args, data)
+        path = c.write_results(f"{NAME}-workers" if args.workers else NAME, args, data)
         print(f"\nresults: {path}")
     return 0
 
