@@ -5,7 +5,8 @@ When an operator ticks "Select all N runs" and picks cancel or requeue, the acti
 the runs in the request: it hands the changelist's filter, as the URL states it, to
 ``services.bulk.create_bulk_action`` and links the job's page. The scope is exactly the filter: a
 search term or a filter the bulk vocabulary cannot state refuses the action instead of acting on
-something else. Reading the pages needs what reading runs needs.
+something else. Reading the pages needs what reading runs needs; the **Stop** button of an
+unfinished one, ``change_run``.
 """
 
 from __future__ import annotations
@@ -13,16 +14,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.utils.html import format_html
 
 from ..errors import DistschedError
-from ..models import BulkAction, BulkState
+from ..models import UNFINISHED_BULK_STATES, BulkAction, BulkState
 from ..services import bulk, run_filters
 from .display import change_url, state_badge, timestamp_field
 from .lists import parse_priority
-from .mixins import DistschedMedia, ReadOnlyAdminMixin
-from .support import changed_by, request_now
+from .mixins import DistschedMedia, ObjectActionsMixin, ReadOnlyAdminMixin
+from .support import apply_each, changed_by, report_problems, request_now
 
 # The run list's filter parameters that say the same as a bulk filter key, and those that only
 # change how the list looks.
@@ -86,12 +88,13 @@ def readers(request: HttpRequest) -> bool:
 
 
 @admin.register(BulkAction)
-class BulkActionAdmin(DistschedMedia, ReadOnlyAdminMixin, admin.ModelAdmin):
+class BulkActionAdmin(DistschedMedia, ReadOnlyAdminMixin, ObjectActionsMixin, admin.ModelAdmin):
     list_display = ("id", "action", "filter_text", "state_badge", "progress", "actor", "created", "finished")
     list_display_links = ("id",)
     list_filter = ("state", "action")
     sortable_by = ("id",)
     list_per_page = 50
+    object_actions = ("stop",)
     fields = (
         *("action", "filter_text", "state_badge", "progress", "matched", "done", "skipped", "batches"),
         *("actor", "source", "reason", "error", "max_run_id", "cursor"),
@@ -109,6 +112,31 @@ class BulkActionAdmin(DistschedMedia, ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def has_module_permission(self, request):
         return readers(request)
+
+    def has_operate_permission(self, request) -> bool:
+        """May stop a bulk action: what making one needs (``change_run``)."""
+        return request.user.has_perm("distsched_app.change_run")
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        job = self.get_object(request, object_id)
+        stoppable = job is not None and job.state in UNFINISHED_BULK_STATES
+        context = {"can_stop": stoppable and self.has_operate_permission(request), **(extra_context or {})}
+        return super().change_view(request, object_id, form_url, context)
+
+    def check_object_action(self, request, obj, name):
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+
+    def stop_object(self, request, obj):
+        now, by = request_now(request), changed_by(request)
+        outcome = apply_each([obj.pk], lambda pk: bulk.stop_bulk_action(pk, now=now, **by))
+        report_problems(self, request, outcome, verb="stopped", noun="bulk action")
+        for job in outcome.done:
+            self.message_user(
+                request,
+                f"Stopped bulk action {job.pk}; the {job.done} run(s) it {bulk.PAST[job.action]} stay so.",
+                messages.SUCCESS,
+            )
 
     @admin.display(description="filter")
     def filter_text(self, obj: BulkAction) -> str:

@@ -67,6 +67,7 @@ ELIGIBLE = {
     BulkKind.CANCEL: runs.CANCELLABLE_AT_ONCE + runs.CANCELLABLE_COOPERATIVELY,
 }
 ACTS = {BulkKind.REQUEUE: runs.requeue_many, BulkKind.CANCEL: runs.cancel_many}
+PAST = {BulkKind.REQUEUE: "requeued", BulkKind.CANCEL: "cancelled"}  # how messages say what a job did
 
 
 class LeaseLost(Exception):

@@ -19,7 +19,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from ...clock import current_clock
-from ...models import UNFINISHED_BULK_STATES, BulkAction, BulkState, Origin, RunState
+from ...models import UNFINISHED_BULK_STATES, BulkAction, BulkKind, BulkState, Origin, RunState
 from ...services import bulk, run_filters
 from ..base import int_up_to, storable_text
 from .args import whole_number
@@ -31,7 +31,6 @@ from .tables import key_values, table
 Output = tuple[Any, str]
 POLL_SECONDS = 0.5  # while another processor holds the job: how often to look at its progress
 MAX_LIST = 10_000
-PAST = {"requeue": "requeued", "cancel": "cancelled"}
 BATCH_HELP = "Runs per transaction while processing here (default %(default)s)."
 
 # Option dest -> filter key (``services.run_filters``).
@@ -120,7 +119,7 @@ def bulk_record(job: BulkAction) -> dict[str, Any]:
 def summary(job: BulkAction) -> str:
     """``bulk action 7 (requeue state=dead): done, 1200 of 1200 matching run(s) requeued, 0 skipped``."""
     head = f"bulk action {job.pk} ({job.action} {run_filters.describe(job.filter)})"
-    counts = f"{job.done} of {job.matched} matching run(s) {PAST[job.action]}, {job.skipped} skipped"
+    counts = f"{job.done} of {job.matched} matching run(s) {bulk.PAST[BulkKind(job.action)]}, {job.skipped} skipped"
     tail = f": {job.error}" if job.error else ""
     return f"{head}: {job.state}, {counts}{tail}"
 
@@ -165,7 +164,7 @@ def run_bulk(action: str, now: datetime, o: dict[str, Any]) -> Output:
 
 def follow(job: BulkAction, o: dict[str, Any]) -> Output:
     """Process the job here (or watch whoever holds it) until it ends; Ctrl-C leaves it resumable."""
-    bar = progress_bar(o.get("progress_stream"), desc=PAST.get(job.action, job.action), unit="run")
+    bar = progress_bar(o.get("progress_stream"), desc=bulk.PAST[BulkKind(job.action)], unit="run")
     show = _shower(bar)
     clock, owner = current_clock(), bulk.default_owner()
     try:

@@ -99,3 +99,18 @@ def test_bulk_pages_need_a_run_permission(client, django_user_model, clock):
     assert client.get(BULK).status_code == 403
     user.user_permissions.add(Permission.objects.get(codename="view_run"))
     assert client.get(BULK).status_code == 200
+
+
+def test_the_stop_button_stops_an_unfinished_job(staff, clock):
+    make_runs(3, now=clock.now())
+    job = bulk.create_bulk_action(action="requeue", filter={"state": "dead"}, now=clock.now())
+    page = reverse("admin:distsched_app_bulkaction_change", args=[job.pk])
+    assert 'id="distsched-stop"' in staff.get(page).content.decode()
+    stop = reverse("admin:distsched_app_bulkaction_stop", args=[job.pk])
+    assert staff.get(stop).status_code == 405  # POST only
+    response = staff.post(stop, follow=True)
+    assert messages_of(response) == [("success", f"Stopped bulk action {job.pk}; the 0 run(s) it requeued stay so.")]
+    job.refresh_from_db()
+    assert job.state == BulkState.CANCELLED and AuditEntry.objects.filter(action="stop").count() == 1
+    assert 'id="distsched-stop"' not in staff.get(page).content.decode()  # ended: no button
+    assert [level for level, _ in messages_of(staff.post(stop, follow=True))] == ["warning"]
