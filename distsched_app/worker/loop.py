@@ -262,12 +262,21 @@ class Loop:
 
     def maybe_bulk(self) -> None:
         """Work on operators' bulk actions (``services.bulk``) for at most ``BULK_BUDGET_SECONDS``
-        per loop: again at the next turn while one is unfinished, else look every ``BULK_IDLE_SECONDS``."""
+        per loop: again at the next turn while one is unfinished, else look every ``BULK_IDLE_SECONDS``.
+        An error is logged and tried again later, never passed on: claims go on whatever happens here."""
         if time.monotonic() < self._next_bulk:
             return
         w = self.worker
-        done = bulk_service.process_bulk_actions(w.clock, owner=w.worker_id, budget_seconds=BULK_BUDGET_SECONDS)
-        self._next_bulk = time.monotonic() + (0.0 if done.more else BULK_IDLE_SECONDS)
+        self._next_bulk = time.monotonic() + BULK_IDLE_SECONDS
+        try:
+            done = bulk_service.process_bulk_actions(w.clock, owner=w.worker_id, budget_seconds=BULK_BUDGET_SECONDS)
+        except Exception as exc:  # noqa: BLE001 - bulk work never stops claims (a table not migrated yet, say)
+            w.log(logging.WARNING, "error in bulk actions; trying again later", error=describe_exception(exc))
+            if is_transient(exc):
+                reset_connection()
+            return
+        if done.more:
+            self._next_bulk = 0.0
 
     def maybe_tick(self, force: bool = False) -> None:
         w = self.worker

@@ -298,3 +298,16 @@ def test_stopping_a_job_keeps_what_its_batches_did_and_starts_no_other(clock):
     assert (entry.action, entry.target, entry.actor, entry.reason) == ("stop", str(job.pk), "user:ann", "wrong filter")
     with pytest.raises(InvalidStateTransition):
         bulk.stop_bulk_action(job.pk, now=clock.now())
+
+
+def test_an_error_in_bulk_work_never_stops_the_worker_loop(clock, monkeypatch, caplog):
+    from distsched_app.worker import Worker
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no such table: distsched_app_bulkaction")
+
+    monkeypatch.setattr(bulk, "process_bulk_actions", broken)
+    worker = Worker(worker_id="w-bulk", clock=clock, heartbeat_seconds=3600)
+    worker.loop.maybe_bulk()  # logged, not raised
+    [record] = [r for r in caplog.records if r.getMessage().startswith("error in bulk actions")]
+    assert "no such table" in record.distsched["error"]
