@@ -70,3 +70,4 @@ bench: install
 	$(PY) bench/lag.py --db $(BENCH_DB) --duration 6 --schedules 60
 	$(PY) bench/scale.py --db $(BENCH_DB) --runs 20000 --requests 5
 	$(PY) bench/memory.py --db $(BENCH_DB) --runs 3000 --warmup 500
+	$(PY) bench/bulk.py --db $(BENCH_DB) --dead 5000 --others 5000

@@ -19,6 +19,7 @@ class AuditTarget(models.TextChoices):
     RUN = "run", "run"
     QUEUE = "queue", "queue"
     LIMIT = "limit", "limit"
+    BULK = "bulk", "bulk action"  # an action on every run matching a filter (``services.bulk``)
 
 
 class AuditAction(models.TextChoices):
@@ -37,6 +38,8 @@ class AuditAction(models.TextChoices):
     OVERRIDE = "override", "override"
     RESET = "reset", "reset"
     EXPIRED = "expired", "expired"
+    # bulk actions: created with the run action (cancel, requeue); stopped by an operator
+    STOP = "stop", "stop"
 
 
 class AuditSource(models.TextChoices):

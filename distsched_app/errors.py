@@ -89,6 +89,10 @@ class RunNotFound(NotFound):
     pass
 
 
+class BulkActionNotFound(NotFound):
+    pass
+
+
 class UnknownVersion(NotFound):
     """The schedule's name never had that version (HTTP 404, like an unknown id)."""
 

@@ -14,6 +14,7 @@ from django.db import models
 from django.db.models import Q
 
 from .audit_models import AuditAction, AuditEntry, AuditSource, AuditTarget  # noqa: F401 - re-exported
+from .bulk_models import UNFINISHED_BULK_STATES, BulkAction, BulkKind, BulkState  # noqa: F401 - re-exported
 from .conf import conf
 from .fields import StorableJSONField
 from .limit_models import Limit, LimitAction, LimitEvent, LimitHold, LimitPartition  # noqa: F401 - re-exported

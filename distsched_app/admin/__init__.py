@@ -15,6 +15,7 @@ ModelAdmins below registers them (each module uses ``@admin.register``).
     queues     QueuePauseAdmin (paused queues: pause, resume), QueueEventAdmin (their history)
     limits     LimitAdmin (declared limits; a limit's override, reset and history)
     audit      AuditEntryAdmin (schedule versions and the operators' action log, read-only)
+    bulk       BulkActionAdmin (bulk actions on runs: progress, read-only; the run list's "select all N")
     dashboard  the dashboard view          chart      the dashboard's SVG chart geometry
     support    clock, applying, reporting  mixins     stylesheet, change-page buttons
     display    formatting
@@ -23,6 +24,7 @@ ModelAdmins below registers them (each module uses ``@admin.register``).
 from django.contrib import admin
 
 from .audit import AuditEntryAdmin
+from .bulk import BulkActionAdmin
 from .events import RunEventAdmin
 from .limits import LimitAdmin
 from .queues import QueueEventAdmin, QueuePauseAdmin
@@ -32,6 +34,7 @@ from .workers import WorkerAdmin
 
 __all__ = [
     "AuditEntryAdmin",
+    "BulkActionAdmin",
     "LimitAdmin",
     "QueueEventAdmin",
     "QueuePauseAdmin",

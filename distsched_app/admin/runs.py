@@ -28,6 +28,7 @@ from ..services import queues as queue_service
 from ..services import replacement
 from ..services import runs as run_service
 from ..services.outcomes import retry_policy_of
+from . import bulk as bulk_admin
 from . import dashboard
 from .display import change_url, pretty_json, state_badge, timestamp_field, ts
 from .events import RunEventInline
@@ -338,14 +339,23 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
         if outcome.done:
             self.message_user(request, f"Requeued {len(outcome.done)} run(s): pending now.", messages.SUCCESS)
 
-    @admin.action(description="Cancel selected runs", permissions=["operate"])
+    # "Select all N runs" (``select_across``): one background job for the whole filter, not this request.
+
+    @admin.action(description="Cancel selected runs (all N matching: a background job)", permissions=["operate"])
     def cancel_runs(self, request, queryset):
-        if (keys := selected_keys(self, request, queryset, "pk")) is not None:
+        if request.POST.get("select_across") == "1":
+            bulk_admin.from_changelist(self, request, "cancel")
+        elif (keys := selected_keys(self, request, queryset, "pk")) is not None:
             self._cancel(request, keys)
 
-    @admin.action(description="Requeue selected runs (dead or cancelled)", permissions=["operate"])
+    @admin.action(
+        description="Requeue selected runs, dead or cancelled (all N matching: a background job)",
+        permissions=["operate"],
+    )
     def requeue_runs(self, request, queryset):
-        if (keys := selected_keys(self, request, queryset, "pk")) is not None:
+        if request.POST.get("select_across") == "1":
+            bulk_admin.from_changelist(self, request, "requeue")
+        elif (keys := selected_keys(self, request, queryset, "pk")) is not None:
             self._requeue(request, keys)
 
     def check_object_action(self, request, obj, name):

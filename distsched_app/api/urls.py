@@ -8,6 +8,7 @@ other path under ``/api/`` is the API's JSON 404, not Django's HTML page.
 from django.urls import re_path
 from rest_framework.routers import SimpleRouter
 
+from .bulk import BulkActionViewSet
 from .errors import not_found
 from .limits import LimitViewSet
 from .queues import QueueViewSet
@@ -18,6 +19,7 @@ app_name = "distsched_api"
 router = SimpleRouter()
 router.trailing_slash = "/?"  # the constructor only offers "/" or ""; routes are regexes, so "/?" works
 router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("runs/bulk", BulkActionViewSet, basename="bulk-action")  # before "runs": its {id} would take "bulk"
 router.register("runs", RunViewSet, basename="run")
 router.register("workers", WorkerViewSet, basename="worker")
 router.register("queues", QueueViewSet, basename="queue")

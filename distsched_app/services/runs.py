@@ -3,12 +3,14 @@ action log (``services.audit``) in its transaction: who, from where, why."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 
-from ..db import notify
+from ..db import locks, notify
 from ..errors import InvalidStateTransition, RunNotFound, UniqueKeyTaken
 from ..models import ACTIVE_STATES, AuditAction, AuditSource, AuditTarget, EventType, Run, RunEvent, RunState
 from . import audit, events
@@ -122,47 +124,162 @@ def requeue_run(
         run = _locked(run_id)
         if run.state not in REQUEUEABLE:
             raise InvalidStateTransition(f"run {run.pk} is {run.state}; only dead or cancelled runs can be requeued")
-        if (holder := _key_holder(run)) is not None:
-            raise _key_taken(run, holder)
-        run.state = RunState.PENDING
-        run.available_at = now
-        run.max_attempts = run.attempts + retry_policy_of(run).max_attempts
-        run.cancel_requested = False
-        run.finished_at = None
-        run.lease_owner = ""
-        run.lease_expires_at = None
-        run.updated_at = now
-        try:
-            # A savepoint: the race this closes is an enqueue of the same task and key committed
-            # after the check above (on PostgreSQL our UPDATE waits for it, then violates
-            # distsched_run_unique_active_key). The database decides; the transaction stays usable
-            # to name the holder, and the refusal rolls the whole requeue back.
-            with transaction.atomic():
-                run.save(
-                    update_fields=[
-                        "state",
-                        "available_at",
-                        "max_attempts",
-                        "cancel_requested",
-                        "finished_at",
-                        "lease_owner",
-                        "lease_expires_at",
-                        "updated_at",
-                    ]
-                )
-        except IntegrityError:
-            if not run.unique_key:
-                raise  # not the key: nothing else in this UPDATE can conflict, so it is a real fault
-            raise _key_taken(run, _key_holder(run)) from None
-        notify.notify([run.queue])  # claimable now: wake an idle worker
-        events.record(
-            run,
-            EventType.REQUEUED,
-            now=now,
-            message=f"requeued {_by(who)}; up to {run.max_attempts - run.attempts} more attempt(s)",
-        )
+        requeue_locked(run, now=now, reason=_by(who))
         _audited(run, AuditAction.REQUEUE, now=now, who=who)
     return run
+
+
+def requeue_locked(run: Run, *, now: datetime, reason: str) -> None:
+    """Requeue ``run``, which the caller has locked in its transaction and found requeueable
+    (``reason`` ends the event's message: "requeued <reason>"). ``UniqueKeyTaken`` when another
+    unfinished run of its task holds its unique key; the caller's transaction stays usable."""
+    if (holder := _key_holder(run)) is not None:
+        raise _key_taken(run, holder)
+    run.state = RunState.PENDING
+    run.available_at = now
+    run.max_attempts = run.attempts + retry_policy_of(run).max_attempts
+    run.cancel_requested = False
+    run.finished_at = None
+    run.lease_owner = ""
+    run.lease_expires_at = None
+    run.updated_at = now
+    try:
+        # A savepoint: the race this closes is an enqueue of the same task and key committed
+        # after the check above (on PostgreSQL our UPDATE waits for it, then violates
+        # distsched_run_unique_active_key). The database decides; the transaction stays usable
+        # to name the holder, and the refusal rolls the whole requeue back.
+        with transaction.atomic():
+            run.save(
+                update_fields=[
+                    "state",
+                    "available_at",
+                    "max_attempts",
+                    "cancel_requested",
+                    "finished_at",
+                    "lease_owner",
+                    "lease_expires_at",
+                    "updated_at",
+                ]
+            )
+    except IntegrityError:
+        if not run.unique_key:
+            raise  # not the key: nothing else in this UPDATE can conflict, so it is a real fault
+        raise _key_taken(run, _key_holder(run)) from None
+    notify.notify([run.queue])  # claimable now: wake an idle worker
+    events.record(
+        run,
+        EventType.REQUEUED,
+        now=now,
+        message=f"requeued {reason}; up to {run.max_attempts - run.attempts} more attempt(s)",
+    )
+
+
+# ------------------------------------------------------------------ many runs at once (bulk actions)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchOutcome:
+    """What a batch did: ``done`` runs changed; ``skipped`` ones given but left as they were (no
+    longer in an allowed state, already asked to stop, or their unique key held by another run)."""
+
+    done: int
+    skipped: int
+
+
+# What a requeue reads of a run (``retry_policy_of``, the unique key's rule, the notification).
+REQUEUE_READS = (
+    *("id", "state", "attempts", "task_name", "unique_key", "retry_policy", "queue", "schedule_id"),
+    *(
+        "schedule__max_attempts",
+        "schedule__retry_base_seconds",
+        "schedule__retry_max_seconds",
+        "schedule__retry_jitter",
+    ),
+)
+
+
+def _allowed(states: Iterable[str] | None, eligible: Iterable[str]) -> list[str]:
+    eligible = list(eligible)
+    return eligible if states is None else [s for s in eligible if s in set(states)]
+
+
+def requeue_many(ids: list[int], *, now: datetime, reason: str, states: Iterable[str] | None = None) -> BatchOutcome:
+    """Requeue the runs of ``ids`` that are (still) requeueable and in ``states``, in the caller's
+    transaction: locked by one SELECT, written by one UPDATE per attempt budget, their events by one
+    INSERT. A run with a unique key goes through ``requeue_locked`` (the key rule), one by one."""
+    allowed = _allowed(states, REQUEUEABLE)
+    qs = Run.objects.filter(pk__in=ids, state__in=allowed).select_related("schedule").order_by("pk")
+    qs = qs.only(*REQUEUE_READS)  # not the payloads, results, errors: a batch reads 1,000 rows
+    runs = list(locks.row_locked(qs, of=("self",)))
+    keyed = [run for run in runs if run.unique_key]
+    budgets: dict[int, list[Run]] = {}
+    for run in runs:
+        if not run.unique_key:
+            budgets.setdefault(retry_policy_of(run).max_attempts, []).append(run)
+    new_events: list[events.NewEvent] = []
+    for budget, group in budgets.items():
+        Run.objects.filter(pk__in=[run.pk for run in group]).update(
+            state=RunState.PENDING, available_at=now, max_attempts=F("attempts") + budget, cancel_requested=False,
+            finished_at=None, lease_owner="", lease_expires_at=None, updated_at=now,
+        )  # fmt: skip
+        message = f"requeued {reason}; up to {budget} more attempt(s)"
+        new_events += [
+            events.NewEvent(
+                run_id=run.pk, event_type=EventType.REQUEUED, now=now, message=message, attempt=run.attempts
+            )
+            for run in group
+        ]
+    events.record_many(new_events)
+    done = len(new_events)
+    for run in keyed:
+        try:
+            requeue_locked(run, now=now, reason=reason)
+            done += 1
+        except UniqueKeyTaken:
+            pass
+    if budgets:
+        notify.notify(sorted({run.queue for group in budgets.values() for run in group}))
+    return BatchOutcome(done=done, skipped=len(ids) - done)
+
+
+def cancel_many(ids: list[int], *, now: datetime, reason: str, states: Iterable[str] | None = None) -> BatchOutcome:
+    """``cancel_locked`` for the runs of ``ids`` still cancellable and in ``states``, in the caller's
+    transaction: one locking SELECT, one UPDATE for the waiting runs (cancelled at once), one for the
+    running ones (asked to stop), one INSERT of their events."""
+    allowed = _allowed(states, CANCELLABLE_AT_ONCE + CANCELLABLE_COOPERATIVELY)
+    qs = Run.objects.filter(pk__in=ids, state__in=allowed).order_by("pk")
+    rows = list(locks.row_locked(qs).values_list("pk", "state", "cancel_requested", "attempts"))
+    at_once = [(pk, attempts) for pk, state, _, attempts in rows if state in CANCELLABLE_AT_ONCE]
+    asked = [
+        (pk, attempts)
+        for pk, state, requested, attempts in rows
+        if state in CANCELLABLE_COOPERATIVELY and not requested
+    ]
+    Run.objects.filter(pk__in=[pk for pk, _ in at_once]).update(
+        state=RunState.CANCELLED, finished_at=now, held_by="", updated_at=now
+    )
+    Run.objects.filter(pk__in=[pk for pk, _ in asked]).update(cancel_requested=True, updated_at=now)
+    events.record_many(
+        [
+            *(
+                events.NewEvent(
+                    run_id=pk, event_type=EventType.CANCELLED, now=now, message=f"cancelled {reason}", attempt=a
+                )
+                for pk, a in at_once
+            ),
+            *(
+                events.NewEvent(
+                    run_id=pk,
+                    event_type=EventType.CANCEL_REQUESTED,
+                    now=now,
+                    message=f"cancel requested {reason}",
+                    attempt=a,
+                )
+                for pk, a in asked
+            ),
+        ]
+    )
+    return BatchOutcome(done=len(at_once) + len(asked), skipped=len(ids) - len(at_once) - len(asked))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,6 +23,7 @@ from django.db import connections
 from ..context import RunContext
 from ..db.retry import Backoff, is_transient, reset_connection, retry_transient
 from ..models import Run, WorkerStatus
+from ..services import bulk as bulk_service
 from ..services import claiming, workers
 from ..services import limits as limit_service
 from ..services import runs as run_service
@@ -45,6 +46,9 @@ TICKER_GRACE_SECONDS = 2.0
 TICKER_POLL_SECONDS = 0.02
 # A running task asks the database whether it was cancelled at most this often.
 CANCEL_PROBE_SECONDS = 1.0
+# Bulk actions: at most this long per loop turn while one is unfinished; else a look this often.
+BULK_BUDGET_SECONDS = 0.5
+BULK_IDLE_SECONDS = 5.0
 
 
 class Pace:
@@ -72,6 +76,8 @@ class Loop:
         self.next_expired_check = 0.0
         # Monotonic time of the next flow-control sweep (``services.limits.sweep``).
         self._next_sweep = 0.0
+        # Monotonic time of the next look for bulk actions to work on (``maybe_bulk``).
+        self._next_bulk = 0.0
         # Woken by a notification: the next claim goes straight for the waiting runs (one
         # statement on PostgreSQL); lease recovery follows when due (``claim``).
         self.woken = False
@@ -230,6 +236,7 @@ class Loop:
         try:
             self.maybe_tick()
             self.maybe_sweep()
+            self.maybe_bulk()
             runs = self.claim(limit, start_all=start_all)
         except Exception as exc:  # noqa: BLE001 - logged and retried with backoff; never stops the worker
             delay = backoff.next_delay()
@@ -252,6 +259,24 @@ class Loop:
             return
         self._next_sweep = time.monotonic() + limit_service.SWEEP_SECONDS
         limit_service.sweep(self.worker.clock.now())
+
+    def maybe_bulk(self) -> None:
+        """Work on operators' bulk actions (``services.bulk``) for at most ``BULK_BUDGET_SECONDS``
+        per loop: again at the next turn while one is unfinished, else look every ``BULK_IDLE_SECONDS``.
+        An error is logged and tried again later, never passed on: claims go on whatever happens here."""
+        if time.monotonic() < self._next_bulk:
+            return
+        w = self.worker
+        self._next_bulk = time.monotonic() + BULK_IDLE_SECONDS
+        try:
+            done = bulk_service.process_bulk_actions(w.clock, owner=w.worker_id, budget_seconds=BULK_BUDGET_SECONDS)
+        except Exception as exc:  # noqa: BLE001 - bulk work never stops claims (a table not migrated yet, say)
+            w.log(logging.WARNING, "error in bulk actions; trying again later", error=describe_exception(exc))
+            if is_transient(exc):
+                reset_connection()
+            return
+        if done.more:
+            self._next_bulk = 0.0
 
     def maybe_tick(self, force: bool = False) -> None:
         w = self.worker

@@ -15,6 +15,7 @@ from typing import Any
 from ...errors import DuplicateName, ScheduleNotFound, ValidationError
 from ...models import Run, RunState, Schedule, schedule_name_of
 from ...services import enqueue, explain, maintenance, queries, runs, schedules, stats, workers
+from . import bulk as bulk_verbs
 from . import celery_import, declared, records, schedule_changes
 from . import limits as limit_verbs
 from . import queues as queue_verbs
@@ -238,6 +239,9 @@ def _policy_text(r: Run) -> str:
 
 
 def run_cancel(now: datetime, o: dict[str, Any]) -> Output:
+    if o.get("run_id") is None:  # no RUN_ID: every run matching the filter options
+        return bulk_verbs.run_bulk("cancel", now, o)
+    bulk_verbs.refuse_filters(o)
     r = runs.cancel_run(o["run_id"], now=now, **changed_by(o))
     text = (
         f"run {r.pk} cancelled"
@@ -248,6 +252,9 @@ def run_cancel(now: datetime, o: dict[str, Any]) -> Output:
 
 
 def run_requeue(now: datetime, o: dict[str, Any]) -> Output:
+    if o.get("run_id") is None:  # no RUN_ID: every run matching the filter options
+        return bulk_verbs.run_bulk("requeue", now, o)
+    bulk_verbs.refuse_filters(o)
     r = runs.requeue_run(o["run_id"], now=now, **changed_by(o))
     return records.run_record(r), (f"run {r.pk} requeued: pending, up to {r.max_attempts - r.attempts} more attempt(s)")
 
@@ -382,6 +389,7 @@ VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     "worker list": worker_list,
     **queue_verbs.VERBS,
     **limit_verbs.VERBS,
+    **bulk_verbs.VERBS,
     "stats": show_stats,
     "prune": prune,
 }

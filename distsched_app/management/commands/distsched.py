@@ -1,7 +1,8 @@
 """``manage.py distsched <group> <verb>``: the operator's command line.
 
     distsched schedule create|list|show|update|pause|resume|trigger|delete|history|restore
-    distsched run enqueue|list|show|cancel|requeue
+    distsched run enqueue|list|show|cancel|requeue (one run, or --state ... --yes: every matching run)
+    distsched bulk list|show|cancel|process
     distsched worker list
     distsched queue pause|resume|list|history
     distsched limit list|show|set|reset
@@ -28,6 +29,7 @@ from ...models import CatchUp, Origin, Overlap, RunState
 from ...services import maintenance
 from ...text import storable
 from ..base import DistschedCommand, int_up_to, positive_int, storable_text
+from ..cli import bulk as bulk_verbs
 from ..cli import celery_import, declared, schedule_changes
 from ..cli.args import duration, duration_or_seconds, json_payload, object_id, whole_number
 from ..cli.progress import INTERRUPTED_STATUS, Interrupted
@@ -48,7 +50,7 @@ class Command(DistschedCommand):
     def add_command_arguments(self, parser: Any) -> None:
         # The base class made ``parser`` a OneLineParser; subparsers copy its class.
         groups = parser.add_subparsers(
-            dest="group", metavar="{schedule,run,worker,queue,limit,import,stats,prune}", required=True
+            dest="group", metavar="{schedule,run,worker,queue,limit,bulk,import,stats,prune}", required=True
         )
 
         schedule = groups.add_parser(
@@ -163,13 +165,16 @@ class Command(DistschedCommand):
         )
         for verb, text in (
             ("show", "Show one run and its event history."),
-            ("cancel", "Cancel a waiting run, or ask a running one to stop."),
-            ("requeue", "Put a dead or cancelled run back to pending."),
-        ):
+            ("cancel", "Cancel a waiting run, or ask a running one to stop; or, with filter options instead of "
+             "RUN_ID, every matching run (a background job)."),
+            ("requeue", "Put a dead or cancelled run back to pending; or, with filter options instead of RUN_ID, "
+             "every matching run (a background job)."),
+        ):  # fmt: skip
             leaf = _leaf(verbs, verb, text)
-            leaf.add_argument("run_id", type=object_id, metavar="RUN_ID")
+            leaf.add_argument("run_id", type=object_id, metavar="RUN_ID", nargs=None if verb == "show" else "?")
             if verb != "show":
                 leaf.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for the action log.")
+                bulk_verbs.add_filter_arguments(leaf)
 
         worker = groups.add_parser("worker", help="Inspect workers.")
         verbs = worker.add_subparsers(dest="verb", required=True)
@@ -219,6 +224,7 @@ class Command(DistschedCommand):
         reset.add_argument("name", type=storable_text, metavar="NAME")
         reset.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for whoever looks later.")
 
+        bulk_verbs.add_arguments(groups, _leaf)
         celery_import.add_arguments(groups, _leaf)
 
         _leaf(groups, "stats", "Run, schedule and worker figures.")

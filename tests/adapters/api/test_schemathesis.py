@@ -48,6 +48,8 @@ EXCLUDED = {
     ("PATCH", "/api/limits/{name}/"): [positive_data_acceptance],
     # A restored configuration meets the same rules as a PATCH (a once schedule's run_at in the past).
     ("POST", "/api/schedules/{name}/restore/"): [positive_data_acceptance],
+    # A bulk action's filter must name a state the action applies to (requeue: dead or cancelled).
+    ("POST", "/api/runs/bulk/"): [positive_data_acceptance],
 }
 
 
@@ -93,6 +95,10 @@ OPERATIONS = [
     ("GET", "/api/runs/{id}/explain/"),
     ("POST", "/api/runs/{id}/cancel/"),
     ("POST", "/api/runs/{id}/requeue/"),
+    ("GET", "/api/runs/bulk/"),
+    ("POST", "/api/runs/bulk/"),
+    ("GET", "/api/runs/bulk/{id}/"),
+    ("POST", "/api/runs/bulk/{id}/cancel/"),
     ("GET", "/api/workers/"),
     ("GET", "/api/stats/"),
     ("GET", "/api/queues/"),
