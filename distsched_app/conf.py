@@ -36,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
     "LISTEN_DATABASE_URL": "",
     "TASK_REQUIRES": {},
     "LIMITS": {},
+    "LEADER_LEASE_SECONDS": 15,
+    "RETENTION": {},
 }
 
 
@@ -58,6 +60,7 @@ RANGES: dict[str, tuple[type, float, float]] = {
     "TICK_BATCH_SIZE": (int, 1, 100_000),
     "PREFETCH": (int, 1, 1000),
     "METRICS_MAX_QUEUES": (int, 1, 10_000),
+    "LEADER_LEASE_SECONDS": (float, 3, 3600),
 }
 CHOICES: dict[str, tuple[object, ...]] = {
     "CATCH_UP": ("skip", "one", "all"),

@@ -15,15 +15,18 @@ what the committed batches deleted; the batch in flight rolls back whole.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Q
 
 from ..db import locks
+from ..db.leader import Term
 from ..errors import ValidationError
 from ..models import TERMINAL_STATES, Run, RunEvent, RunQuerySet, Worker
+from . import leader
 
 DEFAULT_BATCH_SIZE = 1000
 MAX_BATCH_SIZE = 50_000
@@ -66,9 +69,21 @@ class PruneInterrupted(KeyboardInterrupt):
         self.done = done
 
 
-def prunable_runs(cutoff: datetime) -> RunQuerySet:
-    """Finished runs older than ``cutoff``: terminal state and ``finished_at`` before it."""
-    return Run.objects.filter(state__in=TERMINAL_STATES, finished_at__lt=cutoff)
+def is_prunable(runs: RunQuerySet) -> RunQuerySet:
+    """The one rule of what history may be deleted, for ``prune`` and retention alike: of these
+    finished runs, the ones no one still needs. Today every finished run; the schedule audit
+    lives in its own table and is never touched here.
+
+    TODO(workflows): exclude the runs of a workflow that still has an active run (a live
+    workflow must never lose a part); that predicate belongs here and nowhere else.
+    """
+    return runs
+
+
+def prunable_runs(cutoff: datetime, states: Sequence[str] = TERMINAL_STATES) -> RunQuerySet:
+    """Finished runs older than ``cutoff``: a terminal state (of ``states``) and ``finished_at`` before it."""
+    finished = [state for state in states if state in TERMINAL_STATES]  # never an active run, whoever asks
+    return is_prunable(Run.objects.filter(state__in=finished, finished_at__lt=cutoff))
 
 
 def prune_runs(
@@ -111,14 +126,15 @@ def prune_runs(
     try:
         # Counted only for a caller that shows progress: the count is its ETA's denominator.
         total = prunable_runs(cutoff).count() if progress is not None else 0
-        last_id: int | None = 0
-        while last_id is not None:
+        candidates = prunable_runs(cutoff)
+        after: Cursor = None
+        while True:
             if progress is not None:
                 progress(
                     PruneProgress(runs=total_runs, events=total_events, batches=batches, total=total, cutoff=cutoff)
                 )
-            deleted_runs, deleted_events, last_id = _prune_batch(cutoff, batch_size, last_id)
-            if last_id is None:
+            deleted_runs, deleted_events, after = delete_batch(candidates, batch_size, after)
+            if after is None:
                 break
             batches += 1
             total_runs += deleted_runs
@@ -137,23 +153,38 @@ def prune_runs(
     )
 
 
-def _prune_batch(cutoff: datetime, batch_size: int, after_id: int) -> tuple[int, int, int | None]:
-    """One short transaction: lock up to ``batch_size`` prunable runs, delete their events, then them.
+# Where a walk over finished runs stands: the (finished_at, id) of the last run it saw.
+Cursor = tuple[datetime, int] | None
 
-    Returns (runs deleted, events deleted, highest id seen), or a None id when
-    nothing is left. Walking by id guarantees progress even if a row is skipped.
+
+def delete_batch(
+    candidates: RunQuerySet, batch_size: int, after: Cursor, *, fence: Term | None = None
+) -> tuple[int, int, Cursor]:
+    """One short transaction: lock up to ``batch_size`` of ``candidates`` (finished runs, oldest
+    first, after the cursor), delete their events, then them. ``fence``: the leader's term,
+    checked first in the same transaction (``leader.fenced``: ``NotLeader``, nothing deleted).
+
+    Returns (runs deleted, events deleted, the new cursor), or a None cursor when nothing is
+    left. The walk follows the ``finished_at`` index from the oldest run and stops at the
+    cutoff, so it never reads the retained history; walking by a cursor guarantees progress
+    even past rows it skips (locked by someone else).
     """
-    with transaction.atomic():
+    with leader.fenced(fence):
         # The row lock makes an operator's concurrent requeue of one of these
         # runs wait for us (and then find it gone) instead of reviving a run
         # whose history we are deleting. SQLite needs none: BEGIN IMMEDIATE
-        # already holds the database write lock for the whole batch.
-        qs = locks.skip_locked(prunable_runs(cutoff).filter(pk__gt=after_id).order_by("pk"))
-        ids = list(qs.values_list("pk", flat=True)[:batch_size])
-        if not ids:
+        # already holds the database write lock for the whole batch. Only finished
+        # runs are locked: no claim ever waits for a prune.
+        qs = candidates.order_by("finished_at", "pk")
+        if after is not None:
+            qs = qs.filter(Q(finished_at__gte=after[0]) & (Q(finished_at__gt=after[0]) | Q(pk__gt=after[1])))
+        rows = list(locks.skip_locked(qs).values_list("pk", "finished_at")[:batch_size])
+        if not rows:
             return 0, 0, None
+        ids = [pk for pk, _ in rows]
         events, _ = RunEvent.objects.filter(run_id__in=ids).delete()
         # ``only("pk")``: the delete collector needs no payloads, results or errors.
         _, per_model = Run.objects.filter(pk__in=ids).only("pk").delete()
         runs = per_model.get(Run._meta.label, 0)
-    return runs, events, ids[-1]
+    last_id, last_finished = rows[-1]
+    return runs, events, (last_finished, last_id)
