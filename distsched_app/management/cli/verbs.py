@@ -15,6 +15,7 @@ from typing import Any
 from ...errors import DuplicateName, ScheduleNotFound, ValidationError
 from ...models import Run, RunState, Schedule, schedule_name_of
 from ...services import enqueue, explain, maintenance, queries, runs, schedules, stats, workers
+from . import leader as leader_verbs
 from . import limits as limit_verbs
 from . import queues as queue_verbs
 from . import records, schedule_changes
@@ -382,4 +383,5 @@ VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     **limit_verbs.VERBS,
     "stats": show_stats,
     "prune": prune,
+    **leader_verbs.VERBS,
 }

@@ -7,6 +7,7 @@
     distsched limit list|show|set|reset
     distsched stats
     distsched prune --older-than 30d [--audit-older-than 400d]
+    distsched leader
 
 Every verb reads the clock once, calls the service layer and prints either a
 table for humans or, with ``--json``, one JSON document and nothing else on
@@ -47,7 +48,7 @@ class Command(DistschedCommand):
     def add_command_arguments(self, parser: Any) -> None:
         # The base class made ``parser`` a OneLineParser; subparsers copy its class.
         groups = parser.add_subparsers(
-            dest="group", metavar="{schedule,run,worker,queue,limit,stats,prune}", required=True
+            dest="group", metavar="{schedule,run,worker,queue,limit,stats,prune,leader}", required=True
         )
 
         schedule = groups.add_parser(
@@ -240,10 +241,12 @@ class Command(DistschedCommand):
             help="Also delete audit entries (schedule versions, the action log) older than AGE; without it the "
             "audit trail is kept.",
         )
+        _leaf(groups, "leader", "Which ticker leads (ticks and runs the chores) now, by the database's clock.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         now = current_clock().now()  # read once; every service below gets this instant
-        key = options["group"] if options["group"] in ("stats", "prune") else f"{options['group']} {options['verb']}"
+        group = options["group"]
+        key = group if group in ("stats", "prune", "leader") else f"{group} {options['verb']}"
         # Long verbs draw their progress here when it is a terminal; never with --json.
         options["progress_stream"] = None if options["json"] else self.stderr
         interrupted = False
