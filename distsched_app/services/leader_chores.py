@@ -99,7 +99,7 @@ class Leadership:
                         "runs": runs,
                         "events": events,
                         "seconds": round(elapsed, 1),
-                        "rows_per_second": round((runs + events) / elapsed) if elapsed > 0 else None,
+                        "rows_per_second": round((runs + events) / elapsed, 1) if elapsed > 0 else None,
                     }
                 },
             )

@@ -135,16 +135,16 @@ def test_ctrl_c_stops_between_batches_says_what_was_done_and_exits_130(old_runs)
 def test_ctrl_c_with_json_prints_the_document_of_what_was_done(old_runs, monkeypatch):
     from distsched_app.services import maintenance
 
-    real = maintenance._prune_batch
+    real = maintenance.delete_batch
     batches = []
 
-    def interrupted_on_third(*args):
+    def interrupted_on_third(*args, **kwargs):
         batches.append(args)
         if len(batches) == 3:
             raise KeyboardInterrupt  # as the third batch starts
-        return real(*args)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(maintenance, "_prune_batch", interrupted_on_third)
+    monkeypatch.setattr(maintenance, "delete_batch", interrupted_on_third)
     out, err = StringIO(), StringIO()
     with pytest.raises(SystemExit) as info:
         call_command(Command(), "prune", "--older-than", "30d", "--batch-size", "2", "--json", stdout=out, stderr=err)
