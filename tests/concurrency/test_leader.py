@@ -136,6 +136,37 @@ def test_a_leader_paused_past_its_lease_is_replaced_and_writes_nothing_when_resu
     assert_slots_contiguous("beat")
 
 
+def test_a_worker_with_tick_and_a_ticker_elect_one_leader_and_a_clean_stop_hands_over_at_once(tmp_path):
+    every_second("beat")
+    env = child_env(DISTSCHED_TEST_LEADER_LEASE_SECONDS="30", DISTSCHED_LOG_LEVEL="INFO")
+    logs = [tmp_path / "worker.log", tmp_path / "ticker.log"]
+    commands = [("runworker", "--with-tick", "--poll-interval=0.2"), ("tick", "--loop", "--interval=0.2")]
+    procs = []
+    for path, command in zip(logs, commands, strict=True):
+        with path.open("w") as log:
+            procs.append(manage(*command, env=env, stdout=log, stderr=subprocess.STDOUT))
+    tails = lambda: "\n".join(p.read_text()[-1500:] for p in logs)  # noqa: E731
+    try:
+        assert wait_for(lambda: current_leader_pid() is not None, timeout=60), tails()
+        first = current_leader_pid()
+        assert first in [p.pid for p in procs]
+        count = Run.objects.count()
+        assert wait_for(lambda: Run.objects.count() >= count + 2, timeout=30), tails()
+        assert sum(p.read_text().count("became leader") for p in logs) == 1, tails()
+        stopped = next(p for p in procs if p.pid == first)
+        stopped_at = time.monotonic()
+        stopped.send_signal(signal.SIGTERM)  # gives the lease up: no 30 s wait for it to expire
+        assert wait_for(lambda: current_leader_pid() not in (None, first), timeout=20), tails()
+        print(f"\n[{connection.vendor}] clean stop of the leader: handed over in {time.monotonic() - stopped_at:.1f} s")
+        assert time.monotonic() - stopped_at < 20  # far less than the 30 s lease
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        finish(procs, timeout=60)
+    assert_slots_contiguous("beat")
+
+
 @pytest.mark.postgres
 def test_a_standby_costs_at_most_about_one_transaction_a_second(tmp_path):
     """Two standbys against a lease the test holds: the database's commit counter, per standby per second."""
