@@ -38,7 +38,7 @@ MAX_LIST = 10_000
 
 class Command(DistschedCommand):
     help = (
-        "Operate distsched: schedules, runs, workers, queues, limits, stats and pruning. "
+        "Operate distsched: schedules, runs, workers, queues, limits, stats, pruning and the leader. "
         "See `distsched <group> --help`."
     )
     # Data commands skip the system checks (like dumpdata): faster, and stderr
