@@ -53,18 +53,25 @@ class Store(Protocol):
 
 class DatabaseStore:
     """The leader row of ``role``. A standby's try is one UPDATE (take over an expired lease);
-    only until the row is known to exist does it add the INSERT of the first election."""
+    the INSERT of a first election follows only until the row is known to exist, and once
+    every ``RECHECK_TRIES`` tries after that (an operator may have deleted the row)."""
+
+    RECHECK_TRIES = 60
 
     def __init__(self, role: str = ROLE) -> None:
         self.role = role
-        self._row_exists = False
+        self._tries_since_insert: int | None = None  # None: the row is not known to exist
 
     def acquire(self, *, holder: str, pid: int, host: str, lease_seconds: float) -> Term | None:
         term = store.take_over(self.role, holder=holder, pid=pid, host=host, lease_seconds=lease_seconds)
-        if term is None and not self._row_exists:
-            term = store.create(self.role, holder=holder, pid=pid, host=host, lease_seconds=lease_seconds)
-            self._row_exists = True  # inserted, or someone else's row is there
-        return term
+        if term is not None:
+            return term
+        tries = self._tries_since_insert
+        if tries is not None and tries < self.RECHECK_TRIES:
+            self._tries_since_insert = tries + 1
+            return None
+        self._tries_since_insert = 0  # inserted now, or someone else's row is there
+        return store.create(self.role, holder=holder, pid=pid, host=host, lease_seconds=lease_seconds)
 
     def renew(self, term: Term, *, lease_seconds: float) -> datetime | None:
         return store.renew(term, lease_seconds=lease_seconds)

@@ -94,3 +94,14 @@ def test_fenced_checks_the_term_in_the_transaction():
         pytest.fail("the body of a fenced-out transaction must not run")
     with leader.fenced(None):  # unelected callers (a one-off tick) are not fenced
         pass
+
+
+def test_a_deleted_leader_row_is_recreated_by_a_standbys_later_try():
+    acquire("a")
+    standby = DatabaseStore()
+    assert acquire("b", store_=standby) is None  # learns the row exists
+    Leader.objects.all().delete()  # an operator's cleanup
+    for _ in range(DatabaseStore.RECHECK_TRIES):
+        assert acquire("b", store_=standby) is None  # the cheap try only: no INSERT yet
+    term = acquire("b", store_=standby)
+    assert term is not None and term.term == 1
