@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Q
 
 from ..db import locks
 from ..db.leader import Term
@@ -126,19 +125,23 @@ def prune_runs(
     try:
         # Counted only for a caller that shows progress: the count is its ETA's denominator.
         total = prunable_runs(cutoff).count() if progress is not None else 0
-        candidates = prunable_runs(cutoff)
-        after: Cursor = None
-        while True:
-            if progress is not None:
-                progress(
-                    PruneProgress(runs=total_runs, events=total_events, batches=batches, total=total, cutoff=cutoff)
-                )
-            deleted_runs, deleted_events, after = delete_batch(candidates, batch_size, after)
-            if after is None:
-                break
-            batches += 1
-            total_runs += deleted_runs
-            total_events += deleted_events
+        # One final state at a time: each walk reads the (state, finished_at) index in order.
+        if progress is not None:
+            progress(PruneProgress(runs=0, events=0, batches=0, total=total, cutoff=cutoff))
+        for state in TERMINAL_STATES:
+            candidates = prunable_runs(cutoff, states=[state])
+            after: Cursor = None
+            while True:
+                deleted_runs, deleted_events, after = delete_batch(candidates, batch_size, after)
+                if after is None:
+                    break
+                batches += 1
+                total_runs += deleted_runs
+                total_events += deleted_events
+                if progress is not None:
+                    progress(
+                        PruneProgress(runs=total_runs, events=total_events, batches=batches, total=total, cutoff=cutoff)
+                    )
         with transaction.atomic():
             workers, _ = old_workers.delete()
     except KeyboardInterrupt:
@@ -153,21 +156,23 @@ def prune_runs(
     )
 
 
-# Where a walk over finished runs stands: the (finished_at, id) of the last run it saw.
-Cursor = tuple[datetime, int] | None
+# Where a walk over finished runs stands: the finished_at of the last run it deleted.
+Cursor = datetime | None
 
 
 def delete_batch(
     candidates: RunQuerySet, batch_size: int, after: Cursor, *, fence: Term | None = None
 ) -> tuple[int, int, Cursor]:
     """One short transaction: lock up to ``batch_size`` of ``candidates`` (finished runs, oldest
-    first, after the cursor), delete their events, then them. ``fence``: the leader's term,
+    first, from the cursor on), delete their events, then them. ``fence``: the leader's term,
     checked first in the same transaction (``leader.fenced``: ``NotLeader``, nothing deleted).
 
     Returns (runs deleted, events deleted, the new cursor), or a None cursor when nothing is
-    left. The walk follows the ``finished_at`` index from the oldest run and stops at the
-    cutoff, so it never reads the retained history; walking by a cursor guarantees progress
-    even past rows it skips (locked by someone else).
+    left. The walk reads a ``finished_at`` index in order from the cursor and stops after
+    ``batch_size`` rows (no sort), never past the cutoff, so it never reads the retained
+    history. Every run a batch returns is deleted by it, so the next batch, starting at the
+    same instant, cannot return it again; the cursor only skips what lies behind it (runs
+    another transaction had locked, left for the next walk).
     """
     with leader.fenced(fence):
         # The row lock makes an operator's concurrent requeue of one of these
@@ -175,9 +180,9 @@ def delete_batch(
         # whose history we are deleting. SQLite needs none: BEGIN IMMEDIATE
         # already holds the database write lock for the whole batch. Only finished
         # runs are locked: no claim ever waits for a prune.
-        qs = candidates.order_by("finished_at", "pk")
+        qs = candidates.order_by("finished_at")
         if after is not None:
-            qs = qs.filter(Q(finished_at__gte=after[0]) & (Q(finished_at__gt=after[0]) | Q(pk__gt=after[1])))
+            qs = qs.filter(finished_at__gte=after)
         rows = list(locks.skip_locked(qs).values_list("pk", "finished_at")[:batch_size])
         if not rows:
             return 0, 0, None
@@ -186,5 +191,4 @@ def delete_batch(
         # ``only("pk")``: the delete collector needs no payloads, results or errors.
         _, per_model = Run.objects.filter(pk__in=ids).only("pk").delete()
         runs = per_model.get(Run._meta.label, 0)
-    last_id, last_finished = rows[-1]
-    return runs, events, (last_finished, last_id)
+    return runs, events, rows[-1][1]
