@@ -26,6 +26,7 @@ def check_distsched_settings(app_configs, **kwargs):
     problems.extend(limits_errors(user))
     problems.extend(declared_schedules_errors(user))
     problems.extend(task_options_errors())
+    problems.extend(retention_errors(user))
     problems.extend(sqlite_mode_warnings(settings.DATABASES))
     lease = user.get("LEASE_SECONDS", DEFAULTS["LEASE_SECONDS"])
     beat = user.get("HEARTBEAT_SECONDS", DEFAULTS["HEARTBEAT_SECONDS"])
@@ -172,3 +173,23 @@ def task_options_errors() -> list[Error]:
         )
         for problem in problems()
     ]
+
+
+def retention_errors(user: dict) -> list[Error]:
+    """``RETENTION``: final state -> age (``services.retention.policy`` reads it)."""
+    from .errors import ValidationError
+    from .services.retention import policy
+
+    if "RETENTION" not in user:
+        return []
+    try:
+        policy(user["RETENTION"])
+    except ValidationError as exc:
+        return [
+            Error(
+                f"DISTSCHED['RETENTION'] is invalid: {exc}.",
+                hint="For example {'succeeded': '7d', 'dead': '90d'}; states not named are kept forever.",
+                id="distsched.E022",
+            )
+        ]
+    return []

@@ -38,6 +38,8 @@ DEFAULTS: dict[str, Any] = {
     "LIMITS": {},
     "SCHEDULES": None,  # None: no schedule is declared in code (apply changes nothing); {}: none is
     "TASK_OPTIONS": {},
+    "LEADER_LEASE_SECONDS": 15,
+    "RETENTION": {},
 }
 
 
@@ -60,6 +62,7 @@ RANGES: dict[str, tuple[type, float, float]] = {
     "TICK_BATCH_SIZE": (int, 1, 100_000),
     "PREFETCH": (int, 1, 1000),
     "METRICS_MAX_QUEUES": (int, 1, 10_000),
+    "LEADER_LEASE_SECONDS": (float, 3, 3600),
 }
 CHOICES: dict[str, tuple[object, ...]] = {
     "CATCH_UP": ("skip", "one", "all"),

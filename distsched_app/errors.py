@@ -124,3 +124,7 @@ class RunCancelled(Exception):
 
     Not a ``DistschedError``: it is a signal from task code, not an input error.
     """
+
+
+class NotLeader(DistschedError):
+    """A leader-only write found its term no longer leads (a successor took over): nothing was written."""

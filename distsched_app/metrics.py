@@ -36,7 +36,7 @@ from .api.permissions import METRICS, ModelPermissions
 from .clock import Clock, current_clock
 from .conf import conf
 from .models import EventType, Liveness, Origin, RunState
-from .services import limit_summary
+from .services import leader, limit_summary
 from .services.limit_overrides import LimitStatus
 from .services.stats import (
     BUCKETS,
@@ -93,6 +93,22 @@ class DistschedCollector(Collector):
         now = self.clock.now()
         yield from families(read_snapshot(now))
         yield from limit_families(limit_summary.statuses(now))  # no query when no limit is declared
+        yield from leader_families(leader.status())
+
+
+def leader_families(s: leader.LeaderStatus) -> Iterator[Metric]:
+    """Whether a ticker leads and under which term: no holder label (holders change at every
+    restart); a term that climbs fast means leadership churns."""
+    yield GaugeMetricFamily(
+        "distsched_leader_present",
+        "1 while a ticker holds a live leader lease (it ticks and runs the chores), else 0.",
+        value=1 if s.holder is not None else 0,
+    )
+    yield GaugeMetricFamily(
+        "distsched_leader_term",
+        "The leader's term: grows by one at each change of leader (0: never elected).",
+        value=s.term,
+    )
 
 
 def families(s: Snapshot) -> Iterator[Metric]:

@@ -17,6 +17,7 @@ from .audit_models import AuditAction, AuditEntry, AuditSource, AuditTarget  # n
 from .bulk_models import UNFINISHED_BULK_STATES, BulkAction, BulkKind, BulkState  # noqa: F401 - re-exported
 from .conf import conf
 from .fields import StorableJSONField
+from .leader_models import Leader  # noqa: F401 - re-exported
 from .limit_models import Limit, LimitAction, LimitEvent, LimitHold, LimitPartition  # noqa: F401 - re-exported
 from .queue_models import QueueAction, QueueEvent, QueuePause, not_paused_sql  # noqa: F401 - re-exported
 
@@ -313,6 +314,12 @@ class Run(models.Model):
             ),
             # Finished runs only (prune, recent durations): pending inserts skip it.
             models.Index(fields=["finished_at"], name="distsched_run_finished", condition=Q(finished_at__isnull=False)),
+            # Retention, per final state: its oldest finished runs first, and no other state's.
+            models.Index(
+                fields=["state", "finished_at"],
+                name="distsched_run_state_finished",
+                condition=Q(finished_at__isnull=False),
+            ),
             # One index serves both lookups and prefix search of the key (admin);
             # on PostgreSQL a plain db_index would create two.
             models.Index(fields=["idempotency_key"], name="distsched_run_idem", opclasses=["varchar_pattern_ops"]),

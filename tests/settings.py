@@ -30,6 +30,9 @@ if os.environ.get("DISTSCHED_TEST_TASK_REQUIRES"):
 # bench/limits.py: their DISTSCHED["LIMITS"], as JSON.
 if os.environ.get("DISTSCHED_TEST_LIMITS"):
     DISTSCHED["LIMITS"] = json.loads(os.environ["DISTSCHED_TEST_LIMITS"])
+# Real ticker processes of the leader tests (tests/concurrency/test_leader.py): a short lease.
+if os.environ.get("DISTSCHED_TEST_LEADER_LEASE_SECONDS"):
+    DISTSCHED["LEADER_LEASE_SECONDS"] = float(os.environ["DISTSCHED_TEST_LEADER_LEASE_SECONDS"])
 if os.environ.get("DISTSCHED_REQUIRE_PGBOUNCER"):
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True  # Django's advice behind PgBouncer
 # Ours next to the framework's reference backend, for the conformance tests (any queue name).

@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.utils.html import format_html
 
 from ..models import Run, Worker
+from ..services import leader
 from .display import age, change_url, timestamp_field
 from .lists import WorkerLivenessFilter
 from .mixins import DistschedMedia, StorableLookupsMixin
@@ -47,8 +48,24 @@ class WorkerAdmin(DistschedMedia, StorableLookupsMixin, admin.ModelAdmin):
             request._distsched_worker_columns = columns
         return columns
 
+    def changelist_view(self, request, extra_context=None):
+        """Who leads, above the list (a ``tick --loop`` leader has no worker row of its own)."""
+        s = leader.status()
+        if s.holder is None:
+            line = "No leader: no `tick --loop` or `runworker --with-tick` process leads now."
+        else:
+            line = f"Leader: {s.holder} (host {s.host}, pid {s.pid}), term {s.term}."
+        request._distsched_leader = s.holder
+        return super().changelist_view(request, extra_context={**(extra_context or {}), "subtitle": line})
+
     def get_list_display(self, request):
         liveness, heartbeat_age = self._clock_columns(request)
+        holder = getattr(request, "_distsched_leader", None)
+
+        @admin.display(description="leader", boolean=True)
+        def is_leader(obj: Worker) -> bool:
+            return obj.worker_id == holder
+
         return (
             "worker_id",
             "hostname",
@@ -61,6 +78,7 @@ class WorkerAdmin(DistschedMedia, StorableLookupsMixin, admin.ModelAdmin):
             "current_run_link",
             "runs_executed",
             "started_at_utc",
+            is_leader,
         )
 
     def get_fields(self, request, obj=None):

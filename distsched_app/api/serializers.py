@@ -424,6 +424,10 @@ class WorkerSerializer(serializers.ModelSerializer):
     stale = serializers.SerializerMethodField(
         help_text="Not stopped, but no heartbeat for longer than STALE_AFTER_SECONDS."
     )
+    leader = serializers.SerializerMethodField(
+        help_text="True for the worker (runworker --with-tick) that leads now: it ticks and runs the periodic "
+        "chores. A `tick --loop` leader has no worker row: see `distsched leader`."
+    )
 
     class Meta:
         model = Worker
@@ -441,8 +445,12 @@ class WorkerSerializer(serializers.ModelSerializer):
             "current_run",
             "clock_skew_seconds",
             "runs_executed",
+            "leader",
         ]
         read_only_fields = fields
+
+    def get_leader(self, worker: Worker) -> bool:
+        return worker.worker_id == self.context.get("leader")
 
     def get_heartbeat_age_seconds(self, worker: Worker) -> float:
         return (self.context["now"] - worker.heartbeat_at).total_seconds()

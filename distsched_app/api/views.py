@@ -30,7 +30,7 @@ from ..errors import RunNotFound
 from ..models import Run, Schedule, Worker
 from ..services import enqueue as enqueue_service
 from ..services import explain as explain_service
-from ..services import queries
+from ..services import leader, queries
 from ..services import runs as run_service
 from ..services import schedules as schedule_service
 from ..services import stats as stats_service
@@ -386,7 +386,8 @@ class WorkerViewSet(ApiView, viewsets.GenericViewSet):
 
     def list(self, request: Request) -> Response:
         page = self.paginate_queryset(queries.workers())
-        return self.get_paginated_response(WorkerSerializer(page, many=True, context={"now": self.now()}).data)
+        context = {"now": self.now(), "leader": leader.status().holder}  # one read of the leader row per page
+        return self.get_paginated_response(WorkerSerializer(page, many=True, context=context).data)
 
 
 class StatsView(ApiView, APIView):

@@ -15,15 +15,17 @@ what the committed batches deleted; the batch in flight rolls back whole.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
 
 from ..db import locks
+from ..db.leader import Term
 from ..errors import ValidationError
 from ..models import TERMINAL_STATES, Run, RunEvent, RunQuerySet, Worker
+from . import leader
 
 DEFAULT_BATCH_SIZE = 1000
 MAX_BATCH_SIZE = 50_000
@@ -66,9 +68,21 @@ class PruneInterrupted(KeyboardInterrupt):
         self.done = done
 
 
-def prunable_runs(cutoff: datetime) -> RunQuerySet:
-    """Finished runs older than ``cutoff``: terminal state and ``finished_at`` before it."""
-    return Run.objects.filter(state__in=TERMINAL_STATES, finished_at__lt=cutoff)
+def is_prunable(runs: RunQuerySet) -> RunQuerySet:
+    """The one rule of what history may be deleted, for ``prune`` and retention alike: of these
+    finished runs, the ones no one still needs. Today every finished run; the schedule audit
+    lives in its own table and is never touched here.
+
+    TODO(workflows): exclude the runs of a workflow that still has an active run (a live
+    workflow must never lose a part); that predicate belongs here and nowhere else.
+    """
+    return runs
+
+
+def prunable_runs(cutoff: datetime, states: Sequence[str] = TERMINAL_STATES) -> RunQuerySet:
+    """Finished runs older than ``cutoff``: a terminal state (of ``states``) and ``finished_at`` before it."""
+    finished = [state for state in states if state in TERMINAL_STATES]  # never an active run, whoever asks
+    return is_prunable(Run.objects.filter(state__in=finished, finished_at__lt=cutoff))
 
 
 def prune_runs(
@@ -111,18 +125,23 @@ def prune_runs(
     try:
         # Counted only for a caller that shows progress: the count is its ETA's denominator.
         total = prunable_runs(cutoff).count() if progress is not None else 0
-        last_id: int | None = 0
-        while last_id is not None:
-            if progress is not None:
-                progress(
-                    PruneProgress(runs=total_runs, events=total_events, batches=batches, total=total, cutoff=cutoff)
-                )
-            deleted_runs, deleted_events, last_id = _prune_batch(cutoff, batch_size, last_id)
-            if last_id is None:
-                break
-            batches += 1
-            total_runs += deleted_runs
-            total_events += deleted_events
+        # One final state at a time: each walk reads the (state, finished_at) index in order.
+        if progress is not None:
+            progress(PruneProgress(runs=0, events=0, batches=0, total=total, cutoff=cutoff))
+        for state in TERMINAL_STATES:
+            candidates = prunable_runs(cutoff, states=[state])
+            after: Cursor = None
+            while True:
+                deleted_runs, deleted_events, after = delete_batch(candidates, batch_size, after)
+                if after is None:
+                    break
+                batches += 1
+                total_runs += deleted_runs
+                total_events += deleted_events
+                if progress is not None:
+                    progress(
+                        PruneProgress(runs=total_runs, events=total_events, batches=batches, total=total, cutoff=cutoff)
+                    )
         with transaction.atomic():
             workers, _ = old_workers.delete()
     except KeyboardInterrupt:
@@ -137,23 +156,39 @@ def prune_runs(
     )
 
 
-def _prune_batch(cutoff: datetime, batch_size: int, after_id: int) -> tuple[int, int, int | None]:
-    """One short transaction: lock up to ``batch_size`` prunable runs, delete their events, then them.
+# Where a walk over finished runs stands: the finished_at of the last run it deleted.
+Cursor = datetime | None
 
-    Returns (runs deleted, events deleted, highest id seen), or a None id when
-    nothing is left. Walking by id guarantees progress even if a row is skipped.
+
+def delete_batch(
+    candidates: RunQuerySet, batch_size: int, after: Cursor, *, fence: Term | None = None
+) -> tuple[int, int, Cursor]:
+    """One short transaction: lock up to ``batch_size`` of ``candidates`` (finished runs, oldest
+    first, from the cursor on), delete their events, then them. ``fence``: the leader's term,
+    checked first in the same transaction (``leader.fenced``: ``NotLeader``, nothing deleted).
+
+    Returns (runs deleted, events deleted, the new cursor), or a None cursor when nothing is
+    left. The walk reads a ``finished_at`` index in order from the cursor and stops after
+    ``batch_size`` rows (no sort), never past the cutoff, so it never reads the retained
+    history. Every run a batch returns is deleted by it, so the next batch, starting at the
+    same instant, cannot return it again; the cursor only skips what lies behind it (runs
+    another transaction had locked, left for the next walk).
     """
-    with transaction.atomic():
+    with leader.fenced(fence):
         # The row lock makes an operator's concurrent requeue of one of these
         # runs wait for us (and then find it gone) instead of reviving a run
         # whose history we are deleting. SQLite needs none: BEGIN IMMEDIATE
-        # already holds the database write lock for the whole batch.
-        qs = locks.skip_locked(prunable_runs(cutoff).filter(pk__gt=after_id).order_by("pk"))
-        ids = list(qs.values_list("pk", flat=True)[:batch_size])
-        if not ids:
+        # already holds the database write lock for the whole batch. Only finished
+        # runs are locked: no claim ever waits for a prune.
+        qs = candidates.order_by("finished_at")
+        if after is not None:
+            qs = qs.filter(finished_at__gte=after)
+        rows = list(locks.skip_locked(qs).values_list("pk", "finished_at")[:batch_size])
+        if not rows:
             return 0, 0, None
+        ids = [pk for pk, _ in rows]
         events, _ = RunEvent.objects.filter(run_id__in=ids).delete()
         # ``only("pk")``: the delete collector needs no payloads, results or errors.
         _, per_model = Run.objects.filter(pk__in=ids).only("pk").delete()
         runs = per_model.get(Run._meta.label, 0)
-    return runs, events, ids[-1]
+    return runs, events, rows[-1][1]

@@ -26,10 +26,11 @@ from .. import tracing
 from ..clock import iso_utc
 from ..conf import conf
 from ..db import bulk, locks, notify
+from ..db.leader import Term
 from ..errors import ValidationError
 from ..models import ACTIVE_STATES, EventType, Origin, Overlap, Run, RunState, Schedule
 from ..recurrence import plan_catch_up
-from . import events, replacement
+from . import events, leader, replacement
 from .schedules import recurrence_of
 
 logger = logging.getLogger("distsched")
@@ -78,23 +79,27 @@ def _tick_attributes(created: list[NewRun], **_: object) -> dict[str, int]:
 
 
 @tracing.when_busy("distsched.tick", _tick_attributes)
-def tick(*, now: datetime, batch_size: int | None = None) -> list[NewRun]:
+def tick(*, now: datetime, batch_size: int | None = None, fence: Term | None = None) -> list[NewRun]:
     """Create the runs of every due schedule; returns what was created (a span
-    ``distsched.tick`` when it created any, with OpenTelemetry)."""
+    ``distsched.tick`` when it created any, with OpenTelemetry).
+
+    ``fence``: the leader's term; each batch's transaction first checks that it still
+    leads (``leader.fenced``) and raises ``NotLeader`` before writing anything if not.
+    """
     size = batch_size or conf.TICK_BATCH_SIZE
     created: list[NewRun] = []
     after: tuple[datetime, int] | None = None
     while True:
-        runs, seen, after = _tick_batch(now, size, after)
+        runs, seen, after = _tick_batch(now, size, after, fence)
         created.extend(runs)
         if seen < size:
             return created
 
 
 def _tick_batch(
-    now: datetime, size: int, after: tuple[datetime, int] | None
+    now: datetime, size: int, after: tuple[datetime, int] | None, fence: Term | None
 ) -> tuple[list[NewRun], int, tuple[datetime, int] | None]:
-    with transaction.atomic():
+    with leader.fenced(fence):
         # Only what the recurrence needs: payloads are copied row to row in SQL.
         qs = Schedule.objects.due(now).order_by("next_run_at", "id")
         if after is not None:

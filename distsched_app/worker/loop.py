@@ -25,9 +25,11 @@ from ..db.retry import Backoff, is_transient, reset_connection, retry_transient
 from ..models import Run, WorkerStatus
 from ..services import bulk as bulk_service
 from ..services import claiming, workers
+from ..services import leader as leader_service
 from ..services import limits as limit_service
 from ..services import runs as run_service
 from ..services import tick as tick_service
+from ..services.leader_chores import Leadership
 from . import frameworks, signals
 from .execute import Attempt, Execution, call_task, describe_exception
 from .slots import task_slots
@@ -81,6 +83,9 @@ class Loop:
         # Woken by a notification: the next claim goes straight for the waiting runs (one
         # statement on PostgreSQL); lease recovery follows when due (``claim``).
         self.woken = False
+        # ``--with-tick`` serving until stopped: campaigns, and ticks only while it leads. A burst
+        # or ``run_once`` ticks unelected, like a one-off ``manage.py tick``.
+        self.leadership: Leadership | None = None
 
     # -- entry points -------------------------------------------------------------
 
@@ -88,6 +93,8 @@ class Loop:
         w = self.worker
         restore = signals.install(w) if install_signals else None
         before = w.executed
+        if w.with_tick and not burst:
+            self.leadership = Leadership(holder=w.worker_id)
         try:
             self._retry_db(w.register, attempts=None)
             if not burst:
@@ -97,6 +104,8 @@ class Loop:
         finally:
             w.wakeup.stop()
             w.recorder.flush()
+            if self.leadership is not None:
+                self.leadership.stop()
             self._retry_db(
                 lambda: workers.set_status(
                     worker_id=w.worker_id, status=WorkerStatus.STOPPED, now=w.clock.now(), runs_executed=w.executed
@@ -254,10 +263,13 @@ class Loop:
 
     def maybe_sweep(self) -> None:
         """Every few seconds: let through runs a missed release left blocked (the safety net of
-        flow control and overlap=replace), and end expired limit overrides."""
+        flow control and overlap=replace), and end expired limit overrides. A chore of the
+        leader (``leader_chores``): a worker does it itself only while no process leads."""
         if time.monotonic() < self._next_sweep:
             return
         self._next_sweep = time.monotonic() + limit_service.SWEEP_SECONDS
+        if self.leadership is not None or leader_service.someone_leads():
+            return
         limit_service.sweep(self.worker.clock.now())
 
     def maybe_bulk(self) -> None:
@@ -282,8 +294,13 @@ class Loop:
         w = self.worker
         if not w.with_tick or (not force and time.monotonic() < self._next_tick):
             return
-        self._next_tick = time.monotonic() + w.poll_interval
-        tick_service.tick(now=w.clock.now())
+        if self.leadership is None or force:
+            self._next_tick = time.monotonic() + w.poll_interval
+            tick_service.tick(now=w.clock.now())
+            return
+        self.leadership.turn(w.clock.now())
+        # The next turn: the poll interval, sooner if the election is due (a renewal, a try).
+        self._next_tick = time.monotonic() + min(w.poll_interval, self.leadership.elector.wait_seconds())
 
     def idle_wait(self) -> None:
         """Sleep until the next run or schedule slot is due, at most one poll interval.
@@ -294,6 +311,8 @@ class Loop:
         """
         w = self.worker
         delay = w.poll_interval
+        if self.leadership is not None:  # wake for the election's next renewal or try
+            delay = min(delay, max(0.001, self.leadership.elector.wait_seconds()))
         now = w.clock.now()
         try:
             due = claiming.next_due(queues=w.queues, capabilities=w.capabilities)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 from collections import Counter
 from datetime import timedelta
 
@@ -12,7 +13,7 @@ from django.db import connection
 from distsched_app.clock import SystemClock
 from distsched_app.models import EventType, Run, RunEvent, RunState
 from distsched_app.services import schedules as schedule_service
-from tests.concurrency.procs import finish, manage, wait_for
+from tests.concurrency.procs import child_env, finish, manage, wait_for
 from tests.conftest import T0
 from tests.testapp.models import Execution
 
@@ -41,22 +42,29 @@ def test_four_workers_drain_400_runs_without_double_claims(scheduler, clock):
     print(f"\n[{connection.vendor}] 4 workers drained 400 runs: per worker {dict(sorted(per_worker.items()))}")
 
 
-def test_two_tickers_never_duplicate_runs(scheduler):
-    # 100 one-second schedules; two real ticker loops race over them for a while.
+def test_two_tickers_never_duplicate_runs(scheduler, tmp_path):
+    # 100 one-second schedules; two real ticker loops (one leads, the other stands by) for a while.
     real = SystemClock()
     for i in range(100):
         schedule_service.create_schedule(
             name=f"t{i}", task_name="tests.noop", interval_seconds=1, catch_up="all", now=real.now()
         )
-    tickers = [manage("tick", "--loop", "--interval=0.01") for _ in range(2)]
+    logs = [tmp_path / f"ticker{i}.log" for i in range(2)]
+    env = child_env(DISTSCHED_LOG_LEVEL="INFO")
+    tickers = []
+    for path in logs:
+        with path.open("w") as log:
+            tickers.append(manage("tick", "--loop", "--interval=0.01", env=env, stdout=log, stderr=subprocess.STDOUT))
     try:
+        # Both in their loops (a loaded machine may start one long after the other has ticked 600 runs).
+        assert wait_for(lambda: all("ticker started" in p.read_text() for p in logs), timeout=60)
         assert wait_for(lambda: Run.objects.count() >= 600, timeout=60), "tickers made too few runs"
     finally:
         for p in tickers:
             p.send_signal(signal.SIGTERM)
-        results = finish(tickers, timeout=30)
-    for code, _, stderr in results:
-        assert code == 0, stderr[-2000:]
+        finish(tickers, timeout=30)
+    for p, path in zip(tickers, logs, strict=True):
+        assert p.returncode == 0, path.read_text()[-2000:]
     slots = Counter(Run.objects.values_list("schedule_id", "scheduled_for"))
     assert max(slots.values()) == 1
     assert len({schedule for schedule, _ in slots}) == 100

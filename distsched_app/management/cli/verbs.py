@@ -17,6 +17,7 @@ from ...models import Run, RunState, Schedule, schedule_name_of
 from ...services import enqueue, explain, maintenance, queries, runs, schedules, stats, workers
 from . import bulk as bulk_verbs
 from . import celery_import, declared, records, schedule_changes
+from . import leader as leader_verbs
 from . import limits as limit_verbs
 from . import queues as queue_verbs
 from .progress import Interrupted, ProgressBar, progress_bar
@@ -392,4 +393,5 @@ VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     **bulk_verbs.VERBS,
     "stats": show_stats,
     "prune": prune,
+    **leader_verbs.VERBS,
 }

@@ -9,6 +9,7 @@
     distsched import celery-beat
     distsched stats
     distsched prune --older-than 30d [--audit-older-than 400d]
+    distsched leader
 
 Every verb reads the clock once, calls the service layer and prints either a
 table for humans or, with ``--json``, one JSON document and nothing else on
@@ -40,7 +41,7 @@ MAX_LIST = 10_000
 
 class Command(DistschedCommand):
     help = (
-        "Operate distsched: schedules, runs, workers, queues, limits, stats and pruning. "
+        "Operate distsched: schedules, runs, workers, queues, limits, stats, pruning and the leader. "
         "See `distsched <group> --help`."
     )
     # Data commands skip the system checks (like dumpdata): faster, and stderr
@@ -50,7 +51,7 @@ class Command(DistschedCommand):
     def add_command_arguments(self, parser: Any) -> None:
         # The base class made ``parser`` a OneLineParser; subparsers copy its class.
         groups = parser.add_subparsers(
-            dest="group", metavar="{schedule,run,worker,queue,limit,bulk,import,stats,prune}", required=True
+            dest="group", metavar="{schedule,run,worker,queue,limit,bulk,import,stats,prune,leader}", required=True
         )
 
         schedule = groups.add_parser(
@@ -250,10 +251,12 @@ class Command(DistschedCommand):
             help="Also delete audit entries (schedule versions, the action log) older than AGE; without it the "
             "audit trail is kept.",
         )
+        _leaf(groups, "leader", "Which ticker leads (ticks and runs the chores) now, by the database's clock.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         now = current_clock().now()  # read once; every service below gets this instant
-        key = options["group"] if options["group"] in ("stats", "prune") else f"{options['group']} {options['verb']}"
+        group = options["group"]
+        key = group if group in ("stats", "prune", "leader") else f"{group} {options['verb']}"
         # Long verbs draw their progress here when it is a terminal; never with --json.
         options["progress_stream"] = None if options["json"] else self.stderr
         interrupted, status = False, INTERRUPTED_STATUS

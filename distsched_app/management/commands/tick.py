@@ -1,4 +1,10 @@
-"""``manage.py tick``: turn due schedules into runs, once or in a loop."""
+"""``manage.py tick``: turn due schedules into runs, once or in a loop.
+
+With ``--loop`` the process campaigns for leadership (``services.leader_chores``): only
+the leader ticks and runs the periodic chores; the others stand by, trying to take
+over about once a second. A single ``tick`` (no ``--loop``) ticks at once, unelected:
+the unique constraint on a run's slot keeps it single either way.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ from ...clock import current_clock
 from ...conf import conf
 from ...db.retry import Backoff, is_transient, reset_connection
 from ...services import declared_schedules
+from ...services.leader import campaigner_id
+from ...services.leader_chores import Leadership
 from ...services.tick import tick
 from ...services.workers import database_label
 from ..base import DistschedCommand, seconds_up_to
@@ -51,7 +59,10 @@ class Tally:
 
 class Command(DistschedCommand):
     requires_system_checks = [checks.TAG]  # like runworker: distsched's own checks only (start-up time)
-    help = "Create the runs of due schedules. Safe to run in several processes at once."
+    help = (
+        "Create the runs of due schedules. With --loop, several processes elect one leader "
+        "that ticks; the others stand by."
+    )
 
     def add_command_arguments(self, parser: Any) -> None:
         parser.add_argument("--loop", action="store_true", help="Keep ticking until SIGTERM/SIGINT.")
@@ -66,8 +77,8 @@ class Command(DistschedCommand):
         if options["interval"] is not None and not options["loop"]:
             self.stderr.write("--interval only applies with --loop; ticking once")
         if not options["loop"]:
-            created = tick(now=current_clock().now())
-            self.stdout.write(f"created {len(created)} run(s)")
+            once = tick(now=current_clock().now())
+            self.stdout.write(f"created {len(once)} run(s)")
             return
         interval = options["interval"] or conf.POLL_INTERVAL
         stop = threading.Event()
@@ -81,9 +92,13 @@ class Command(DistschedCommand):
         clock = current_clock()
         started = clock.now()
         total, period = Tally(since=started), Tally(since=started)
+        holder = campaigner_id()
+        leadership = Leadership(holder=holder)
         logger.info(
             "ticker started",
-            extra={"distsched": {"database": database_label(), "interval": interval, "pid": os.getpid()}},
+            extra={
+                "distsched": {"database": database_label(), "interval": interval, "pid": os.getpid(), "holder": holder}
+            },
         )
         declared_schedules.apply_at_startup(clock, process="ticker")
         while not stop.is_set():
@@ -92,7 +107,7 @@ class Command(DistschedCommand):
                 logger.info("ticker summary", extra={"distsched": period.fields(now)})
                 period = Tally(since=now)
             try:
-                created = tick(now=now)
+                created = leadership.turn(now)
             except Exception as exc:  # logged and retried with backoff: never stops the ticker
                 total.add(failed=True)
                 period.add(failed=True)
@@ -111,8 +126,12 @@ class Command(DistschedCommand):
                 reset_connection()
                 stop.wait(delay)
                 continue
-            total.add(runs=len(created))
-            period.add(runs=len(created))
             backoff.reset()
-            stop.wait(interval)
-        logger.info("ticker stopped", extra={"distsched": {**total.fields(clock.now()), "pid": os.getpid()}})
+            if created is not None:  # this process leads: it ticked
+                total.add(runs=len(created))
+                period.add(runs=len(created))
+            stop.wait(leadership.wait_seconds(interval))
+        try:
+            leadership.stop()
+        finally:
+            logger.info("ticker stopped", extra={"distsched": {**total.fields(clock.now()), "pid": os.getpid()}})

@@ -10,6 +10,7 @@ import os
 import signal
 from datetime import timedelta
 from io import StringIO
+from unittest.mock import ANY
 
 import pytest
 from django.core.management import call_command
@@ -134,16 +135,16 @@ def test_ctrl_c_stops_between_batches_says_what_was_done_and_exits_130(old_runs)
 def test_ctrl_c_with_json_prints_the_document_of_what_was_done(old_runs, monkeypatch):
     from distsched_app.services import maintenance
 
-    real = maintenance._prune_batch
+    real = maintenance.delete_batch
     batches = []
 
-    def interrupted_on_third(*args):
+    def interrupted_on_third(*args, **kwargs):
         batches.append(args)
         if len(batches) == 3:
             raise KeyboardInterrupt  # as the third batch starts
-        return real(*args)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(maintenance, "_prune_batch", interrupted_on_third)
+    monkeypatch.setattr(maintenance, "delete_batch", interrupted_on_third)
     out, err = StringIO(), StringIO()
     with pytest.raises(SystemExit) as info:
         call_command(Command(), "prune", "--older-than", "30d", "--batch-size", "2", "--json", stdout=out, stderr=err)
@@ -173,24 +174,24 @@ def restore_signal_handlers():
 
 @pytest.mark.usefixtures("restore_signal_handlers")
 def test_tick_loop_logs_start_a_summary_a_minute_and_stop(monkeypatch, caplog, clock):
-    from distsched_app.management.commands import tick as tick_command
+    from distsched_app.services import leader_chores  # the loop ticks through its leadership
 
     calls = []
 
-    def tick(*, now):
+    def tick(*, now, fence=None):
         calls.append(now)
         clock.advance(seconds=25)  # each tick "takes" 25 s of the fake clock: summaries at 75 s and 150 s
         if len(calls) == 7:
             os.kill(os.getpid(), signal.SIGTERM)  # the loop's own stop signal
         return ["a run"] if len(calls) in (2, 6) else []
 
-    monkeypatch.setattr(tick_command, "tick", tick)
+    monkeypatch.setattr(leader_chores, "tick", tick)
     with caplog.at_level(logging.INFO, logger="distsched"):
         call_command("tick", "--loop", "--interval", "0.001")
     lines = [(r.getMessage(), r.distsched) for r in caplog.records if r.getMessage().startswith("ticker")]
     assert [message for message, _ in lines] == ["ticker started", "ticker summary", "ticker summary", "ticker stopped"]
     started, first, second, stopped = (fields for _, fields in lines)
-    assert started == {"database": server.describe(), "interval": 0.001, "pid": os.getpid()}
+    assert started == {"database": server.describe(), "interval": 0.001, "pid": os.getpid(), "holder": ANY}
     assert started["database"].startswith(("sqlite:///", "postgresql://"))
     assert first == {"ticks": 3, "runs_created": 1, "failed_ticks": 0, "seconds": 75.0}
     assert second == {"ticks": 3, "runs_created": 1, "failed_ticks": 0, "seconds": 75.0}
@@ -199,18 +200,18 @@ def test_tick_loop_logs_start_a_summary_a_minute_and_stop(monkeypatch, caplog, c
 
 @pytest.mark.usefixtures("restore_signal_handlers")
 def test_tick_loop_counts_failed_ticks_in_its_stop_line(monkeypatch, caplog, clock):
-    from distsched_app.management.commands import tick as tick_command
+    from distsched_app.services import leader_chores  # the loop ticks through its leadership
 
     calls = []
 
-    def tick(*, now):
+    def tick(*, now, fence=None):
         calls.append(now)
         if len(calls) == 1:
             raise RuntimeError("a bug in one tick")
         os.kill(os.getpid(), signal.SIGTERM)
         return []
 
-    monkeypatch.setattr(tick_command, "tick", tick)  # its backoff is 2x the interval: 2 ms
+    monkeypatch.setattr(leader_chores, "tick", tick)  # its backoff is 2x the interval: 2 ms
     with caplog.at_level(logging.INFO, logger="distsched"):
         call_command("tick", "--loop", "--interval", "0.001")
     [stopped] = [r.distsched for r in caplog.records if r.getMessage() == "ticker stopped"]

@@ -25,17 +25,17 @@ def restore_signal_handlers():
 
 @pytest.mark.usefixtures("restore_signal_handlers")
 def test_tick_loop_applies_the_declared_schedules_before_its_first_tick(monkeypatch, settings, clock):
-    from distsched_app.management.commands import tick as tick_command
+    from distsched_app.services import leader_chores  # the loop ticks through its leadership
 
     settings.DISTSCHED = {"SCHEDULES": DECLARED}
     seen = []
 
-    def tick(*, now):
+    def tick(*, now, fence=None):
         seen.append(Schedule.objects.filter(name="ping").exists())
         os.kill(os.getpid(), signal.SIGTERM)
         return []
 
-    monkeypatch.setattr(tick_command, "tick", tick)
+    monkeypatch.setattr(leader_chores, "tick", tick)
     call_command("tick", "--loop", "--interval", "0.001")
     assert seen == [True]
     assert AuditEntry.objects.get(target="ping").source == "settings"

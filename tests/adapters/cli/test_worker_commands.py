@@ -111,11 +111,11 @@ def restore_signal_handlers():
 
 @pytest.mark.usefixtures("restore_signal_handlers")
 def test_tick_loop_backs_off_on_transient_database_errors_and_keeps_ticking(monkeypatch, caplog):
-    from distsched_app.management.commands import tick as tick_command
+    from distsched_app.services import leader_chores  # the loop ticks through its leadership
 
     calls = []
 
-    def flaky_tick(*, now):
+    def flaky_tick(*, now, fence=None):
         calls.append(now)
         if len(calls) <= 2:
             raise OperationalError("database is locked")
@@ -123,7 +123,7 @@ def test_tick_loop_backs_off_on_transient_database_errors_and_keeps_ticking(monk
             os.kill(os.getpid(), signal.SIGTERM)  # the loop's own stop signal
         return []
 
-    monkeypatch.setattr(tick_command, "tick", flaky_tick)
+    monkeypatch.setattr(leader_chores, "tick", flaky_tick)
     with caplog.at_level(logging.WARNING, logger="distsched"):
         call_command("tick", "--loop", "--interval", "0.01")
     assert len(calls) == 4  # two failures, then it ticked on until told to stop
@@ -133,11 +133,11 @@ def test_tick_loop_backs_off_on_transient_database_errors_and_keeps_ticking(monk
 
 @pytest.mark.usefixtures("restore_signal_handlers")
 def test_tick_loop_survives_an_unexpected_error_logs_it_and_keeps_ticking(monkeypatch, caplog):
-    from distsched_app.management.commands import tick as tick_command
+    from distsched_app.services import leader_chores  # the loop ticks through its leadership
 
     calls = []
 
-    def broken_once(*, now):
+    def broken_once(*, now, fence=None):
         calls.append(now)
         if len(calls) == 1:
             raise RuntimeError("a bug in one tick")
@@ -145,7 +145,7 @@ def test_tick_loop_survives_an_unexpected_error_logs_it_and_keeps_ticking(monkey
             os.kill(os.getpid(), signal.SIGTERM)
         return []
 
-    monkeypatch.setattr(tick_command, "tick", broken_once)
+    monkeypatch.setattr(leader_chores, "tick", broken_once)
     with caplog.at_level(logging.WARNING, logger="distsched"):
         call_command("tick", "--loop", "--interval", "0.01")
     assert len(calls) == 3  # the failed tick, then two more until told to stop

@@ -1,0 +1,107 @@
+"""What a campaigning process does each turn: elect, and, while it leads, tick and run the chores.
+
+``tick --loop`` and ``runworker --with-tick`` both call ``Leadership.turn``. The
+leader's writes are fenced by its term (the tick, retention), so a deposed
+leader's turn raises ``NotLeader`` before writing, and it steps down. The chores:
+
+- the tick (every turn);
+- the flow-control sweep (``limits.sweep``, every ``SWEEP_SECONDS``): idempotent,
+  so it needs no fence; workers run it themselves only while nobody leads;
+- retention (``DISTSCHED["RETENTION"]``), in batches for at most half a second
+  per turn while old runs remain, else once a minute; its figures are logged
+  once a minute while it deletes.
+
+Expired leases need no chore: every worker's claim recovers them (``claiming``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from ..errors import NotLeader
+from . import limits, retention
+from .leader import Elector, Store
+from .tick import NewRun, tick
+
+logger = logging.getLogger("distsched")
+
+RETENTION_IDLE_SECONDS = 60.0
+REPORT_EVERY_SECONDS = 60.0
+
+
+class Leadership:
+    def __init__(
+        self,
+        *,
+        holder: str,
+        lease_seconds: float | None = None,
+        store: Store | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.monotonic = monotonic
+        self.elector = Elector(holder=holder, lease_seconds=lease_seconds, store=store, monotonic=monotonic)
+        self.retention = retention.Retention(monotonic=monotonic)
+        self.next_sweep = 0.0
+        self.next_retention = 0.0
+        self._deleted = [0, 0]  # runs, events since the last report
+        self._report_from = monotonic()
+
+    def turn(self, now: datetime) -> list[NewRun] | None:
+        """Elect; if leading, tick and run the due chores. None when this process does not lead."""
+        if not self.elector.step():
+            return None
+        try:
+            created = tick(now=now, fence=self.elector.term)
+            self._chores(now)
+        except NotLeader as exc:
+            self.elector.step_down(f"fenced out: {exc}")
+            return None
+        return created
+
+    def wait_seconds(self, interval: float) -> float:
+        """How long the caller may sleep: its tick interval, shorter if the election needs a turn
+        sooner, and no sleep while retention has a backlog."""
+        wait = min(interval, self.elector.wait_seconds())
+        if self.elector.term is not None and self.next_retention <= self.monotonic():
+            wait = 0.0
+        return wait
+
+    def stop(self) -> None:
+        self._report(force=True)
+        self.elector.resign()
+
+    def _chores(self, now: datetime) -> None:
+        mono = self.monotonic()
+        if mono >= self.next_sweep and self.elector.leading():
+            self.next_sweep = mono + limits.SWEEP_SECONDS
+            limits.sweep(now)
+        if mono >= self.next_retention and self.elector.leading():
+            done = self.retention.apply(now, fence=self.elector.term)
+            self._deleted[0] += done.runs
+            self._deleted[1] += done.events
+            self.next_retention = self.monotonic() + (0.0 if done.more else RETENTION_IDLE_SECONDS)
+        self._report()
+
+    def _report(self, *, force: bool = False) -> None:
+        """Log what retention deleted, and how fast, once a minute while it deletes."""
+        elapsed = self.monotonic() - self._report_from
+        if not force and elapsed < REPORT_EVERY_SECONDS:
+            return
+        runs, events = self._deleted
+        if runs:
+            logger.info(
+                "retention deleted runs",
+                extra={
+                    "distsched": {
+                        "runs": runs,
+                        "events": events,
+                        "seconds": round(elapsed, 1),
+                        "rows_per_second": round((runs + events) / elapsed, 1) if elapsed > 0 else None,
+                    }
+                },
+            )
+        self._deleted = [0, 0]
+        self._report_from = self.monotonic()
