@@ -19,6 +19,7 @@ class AuditTarget(models.TextChoices):
     RUN = "run", "run"
     QUEUE = "queue", "queue"
     LIMIT = "limit", "limit"
+    WORKFLOW = "workflow", "workflow"
 
 
 class AuditAction(models.TextChoices):

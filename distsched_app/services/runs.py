@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from ..db import notify
 from ..errors import InvalidStateTransition, RunNotFound, UniqueKeyTaken
 from ..models import ACTIVE_STATES, AuditAction, AuditSource, AuditTarget, EventType, Run, RunEvent, RunState
-from . import audit, events
+from . import audit, events, workflow_release
 from .outcomes import retry_policy_of
 
 CANCELLABLE_AT_ONCE = (RunState.PENDING, RunState.RETRYING, RunState.BLOCKED)
@@ -83,6 +83,8 @@ def cancel_locked(run: Run, *, now: datetime, reason: str) -> bool:
         run.updated_at = now
         run.save(update_fields=["state", "finished_at", "held_by", "updated_at"])
         events.record(run, EventType.CANCELLED, now=now, message=f"cancelled {reason}")
+        if run.workflow_id is not None:
+            workflow_release.ended({run.pk: RunState.CANCELLED.value}, now=now, workflow_ids=[run.workflow_id])
         return True
     if run.state in CANCELLABLE_COOPERATIVELY and not run.cancel_requested:
         run.cancel_requested = True
@@ -154,6 +156,8 @@ def requeue_run(
             if not run.unique_key:
                 raise  # not the key: nothing else in this UPDATE can conflict, so it is a real fault
             raise _key_taken(run, _key_holder(run)) from None
+        if run.workflow_id is not None:  # waits again behind unfinished upstreams; re-opens what it ended
+            workflow_release.requeued(run, now=now)
         notify.notify([run.queue])  # claimable now: wake an idle worker
         events.record(
             run,

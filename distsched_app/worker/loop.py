@@ -23,13 +23,14 @@ from django.db import connections
 from ..context import RunContext
 from ..db.retry import Backoff, is_transient, reset_connection, retry_transient
 from ..models import Run, WorkerStatus
-from ..services import claiming, workers
+from ..services import claiming, workers, workflow_release
 from ..services import limits as limit_service
 from ..services import runs as run_service
 from ..services import tick as tick_service
 from . import frameworks, signals
 from .execute import Attempt, Execution, call_task, describe_exception
 from .slots import task_slots
+from .upstream import upstream_loader
 
 if TYPE_CHECKING:
     from . import Worker
@@ -170,6 +171,7 @@ class Loop:
             attempt=run.attempts,
             idempotency_key=run.idempotency_key,
             _cancel_probe=self._cancel_probe(run.pk),
+            **upstream_loader(run),
         )
         call_task(
             attempt,
@@ -252,6 +254,7 @@ class Loop:
             return
         self._next_sweep = time.monotonic() + limit_service.SWEEP_SECONDS
         limit_service.sweep(self.worker.clock.now())
+        workflow_release.sweep(self.worker.clock.now())  # workflow nodes a missed transition left waiting
 
     def maybe_tick(self, force: bool = False) -> None:
         w = self.worker
