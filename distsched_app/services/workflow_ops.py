@@ -94,6 +94,17 @@ def upstream_results(run: Run) -> dict[str, object]:
     return dict(rows)
 
 
+def waiting_for(run: Run) -> list[dict[str, object]]:
+    """The upstream nodes a waiting node still waits for: ``[{node, run, state}]`` (the index of
+    edges not done: its finished upstreams are not read)."""
+    rows = (
+        WorkflowEdge.objects.filter(downstream_id=run.pk, done=False)
+        .order_by("upstream_id")
+        .values_list("upstream__workflow_node__node", "upstream_id", "upstream__state")
+    )
+    return [{"node": node, "run": up, "state": state} for node, up, state in rows]
+
+
 def cancel_workflow(
     workflow_id: object, *, now: datetime, actor: str = audit.CODE, source: str = AuditSource.CODE, reason: str = ""
 ) -> Workflow:

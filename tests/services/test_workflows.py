@@ -294,7 +294,9 @@ def test_a_finish_reads_only_its_own_downstream_in_a_bounded_number_of_statement
     counts = []
     for i in (0, 1, n - 2):
         run_id = wf.runs[f"u{i}"]
-        Run.objects.filter(pk=run_id).update(state=RunState.RUNNING, lease_owner="w", attempts=1, started_at=clock.now())
+        Run.objects.filter(pk=run_id).update(
+            state=RunState.RUNNING, lease_owner="w", attempts=1, started_at=clock.now()
+        )
         with CaptureQueriesContext(connection) as queries:
             assert succeed(run_id, worker_id="w", attempt=1, now=clock.now())
         counts.append(len(queries.captured_queries))
