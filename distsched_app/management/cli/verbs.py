@@ -18,6 +18,7 @@ from ...services import enqueue, explain, maintenance, queries, runs, schedules,
 from . import limits as limit_verbs
 from . import queues as queue_verbs
 from . import records, schedule_changes
+from . import workflows as workflow_verbs
 from .progress import Interrupted, ProgressBar, progress_bar
 from .schedule_changes import CREATE_OPTIONS, changed_by
 from .tables import key_values, seconds, table, when
@@ -380,6 +381,7 @@ VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     "worker list": worker_list,
     **queue_verbs.VERBS,
     **limit_verbs.VERBS,
+    **workflow_verbs.VERBS,
     "stats": show_stats,
     "prune": prune,
 }

@@ -5,6 +5,7 @@
     distsched worker list
     distsched queue pause|resume|list|history
     distsched limit list|show|set|reset
+    distsched workflow list|show|cancel
     distsched stats
     distsched prune --older-than 30d [--audit-older-than 400d]
 
@@ -28,6 +29,7 @@ from ...services import maintenance
 from ...text import storable
 from ..base import DistschedCommand, int_up_to, positive_int, storable_text
 from ..cli import schedule_changes
+from ..cli import workflows as workflow_cli
 from ..cli.args import duration, duration_or_seconds, json_payload, object_id, whole_number
 from ..cli.progress import INTERRUPTED_STATUS, Interrupted
 from ..cli.verbs import VERBS
@@ -37,7 +39,7 @@ MAX_LIST = 10_000
 
 class Command(DistschedCommand):
     help = (
-        "Operate distsched: schedules, runs, workers, queues, limits, stats and pruning. "
+        "Operate distsched: schedules, runs, workers, queues, limits, workflows, stats and pruning. "
         "See `distsched <group> --help`."
     )
     # Data commands skip the system checks (like dumpdata): faster, and stderr
@@ -47,7 +49,7 @@ class Command(DistschedCommand):
     def add_command_arguments(self, parser: Any) -> None:
         # The base class made ``parser`` a OneLineParser; subparsers copy its class.
         groups = parser.add_subparsers(
-            dest="group", metavar="{schedule,run,worker,queue,limit,stats,prune}", required=True
+            dest="group", metavar="{schedule,run,worker,queue,limit,workflow,stats,prune}", required=True
         )
 
         schedule = groups.add_parser(
@@ -216,6 +218,8 @@ class Command(DistschedCommand):
         reset = _leaf(verbs, "reset", "Back to the declared numbers (a limit without an override: nothing changes).")
         reset.add_argument("name", type=storable_text, metavar="NAME")
         reset.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for whoever looks later.")
+
+        workflow_cli.add_arguments(groups, _leaf)
 
         _leaf(groups, "stats", "Run, schedule and worker figures.")
         prune = _leaf(groups, "prune", "Delete finished runs, their events and old workers.")
