@@ -24,6 +24,7 @@ from django.db import transaction
 from ..db import locks
 from ..errors import ValidationError
 from ..models import TERMINAL_STATES, Run, RunEvent, RunQuerySet, Worker
+from . import workflow_prune
 
 DEFAULT_BATCH_SIZE = 1000
 MAX_BATCH_SIZE = 50_000
@@ -39,6 +40,7 @@ class PruneResult:
     cutoff: datetime
     dry_run: bool
     batches: int = 0
+    workflows: int = 0  # finished workflows deleted whole (their runs and events are in runs, events)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,8 +69,9 @@ class PruneInterrupted(KeyboardInterrupt):
 
 
 def prunable_runs(cutoff: datetime) -> RunQuerySet:
-    """Finished runs older than ``cutoff``: terminal state and ``finished_at`` before it."""
-    return Run.objects.filter(state__in=TERMINAL_STATES, finished_at__lt=cutoff)
+    """Finished runs older than ``cutoff``: terminal state and ``finished_at`` before it. Runs of
+    workflows are not among them: a workflow is pruned whole (``workflow_prune``)."""
+    return Run.objects.filter(state__in=TERMINAL_STATES, finished_at__lt=cutoff, workflow__isnull=True)
 
 
 def prune_runs(
@@ -100,12 +103,14 @@ def prune_runs(
     old_workers = Worker.objects.filter(heartbeat_at__lt=cutoff)
     if dry_run:
         runs = prunable_runs(cutoff)
+        flows, flow_runs, flow_events = workflow_prune.counts(cutoff)
         return PruneResult(
-            runs=runs.count(),
-            events=RunEvent.objects.filter(run__in=runs.values("pk")).count(),
+            runs=runs.count() + flow_runs,
+            events=RunEvent.objects.filter(run__in=runs.values("pk")).count() + flow_events,
             workers=old_workers.count(),
             cutoff=cutoff,
             dry_run=True,
+            workflows=flows,
         )
     total_runs = total_events = batches = 0
     try:
@@ -123,6 +128,14 @@ def prune_runs(
             batches += 1
             total_runs += deleted_runs
             total_events += deleted_events
+        flows, last_id = 0, 0
+        while last_id is not None:
+            deleted_flows, deleted_runs, deleted_events, last_id = workflow_prune.prune_batch(
+                cutoff, batch_size, last_id
+            )
+            flows += deleted_flows
+            total_runs += deleted_runs
+            total_events += deleted_events
         with transaction.atomic():
             workers, _ = old_workers.delete()
     except KeyboardInterrupt:
@@ -133,8 +146,9 @@ def prune_runs(
         )
         raise PruneInterrupted(done) from None
     return PruneResult(
-        runs=total_runs, events=total_events, workers=workers, cutoff=cutoff, dry_run=False, batches=batches
-    )
+        runs=total_runs, events=total_events, workers=workers, cutoff=cutoff, dry_run=False, batches=batches,
+        workflows=flows,
+    )  # fmt: skip
 
 
 def _prune_batch(cutoff: datetime, batch_size: int, after_id: int) -> tuple[int, int, int | None]:

@@ -328,3 +328,30 @@ def test_nodes_view_lists_ids_runs_states_and_after(clock):
         ("a", wf.runs["a"], "pending", ()),
         ("b", wf.runs["b"], "blocked", ("a",)),
     ]
+
+
+# ----------------------------------------------------------------- prune: whole workflows only
+
+
+def test_prune_removes_whole_finished_workflows_and_never_part_of_a_live_one(scheduler, clock):
+    from datetime import timedelta
+
+    from distsched_app.services import maintenance
+
+    done = workflows.enqueue({"name": "done", "nodes": [node("a"), node("b", after=["a"])]}, clock=clock)
+    drain(scheduler)
+    live = workflows.enqueue({"name": "live", "nodes": [node("a"), node("b", after=["a"])]}, clock=clock)
+    assert succeed(claim(clock), worker_id="w1", attempt=1, now=clock.now())  # live's a ends; b is pending
+    assert Workflow.objects.get(pk=done.id).state == WorkflowState.SUCCEEDED
+    assert (state(live.runs["a"]), state(live.runs["b"])) == (RunState.SUCCEEDED, RunState.PENDING)
+    clock.advance(days=40)
+    preview = maintenance.prune_runs(older_than=timedelta(days=30), now=clock.now(), dry_run=True)
+    assert (preview.workflows, preview.runs) == (1, 2)
+    result = maintenance.prune_runs(older_than=timedelta(days=30), now=clock.now())
+    assert (result.workflows, result.runs) == (1, 2)
+    assert not Workflow.objects.filter(pk=done.id).exists()
+    assert not Run.objects.filter(pk__in=done.runs.values()).exists()
+    assert not WorkflowNode.objects.filter(workflow_id=done.id).exists()
+    # The live workflow's finished node is old enough, but its workflow is not finished: kept.
+    assert Run.objects.filter(pk__in=live.runs.values()).count() == 2
+    assert WorkflowEdge.objects.filter(downstream_id=live.runs["b"]).exists()

@@ -351,6 +351,7 @@ def _pruned(r: maintenance.PruneResult, *, interrupted: bool) -> Output:
         "dry_run": r.dry_run,
         "batches": r.batches,
         "interrupted": interrupted,
+        "workflows": r.workflows,  # finished workflows deleted whole (their runs and events are counted above)
     }
     if interrupted:
         return document, (
@@ -362,6 +363,7 @@ def _pruned(r: maintenance.PruneResult, *, interrupted: bool) -> Output:
     return document, (
         f"{verb} {r.runs} run(s) finished before {when(r.cutoff)}, {r.events} event(s) "
         f"and {r.workers} worker(s) silent since then"
+        + (f" ({r.workflows} finished workflow(s) whole)" if r.workflows else "")
     )
 
 
