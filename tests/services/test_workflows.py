@@ -355,3 +355,15 @@ def test_prune_removes_whole_finished_workflows_and_never_part_of_a_live_one(sch
     # The live workflow's finished node is old enough, but its workflow is not finished: kept.
     assert Run.objects.filter(pk__in=live.runs.values()).count() == 2
     assert WorkflowEdge.objects.filter(downstream_id=live.runs["b"]).exists()
+
+
+def test_a_framework_task_node_reads_upstream_results_from_its_task_context(scheduler, clock):
+    wf = (
+        workflows.Workflow("framework")
+        .node("a", "tests.upstream", kwargs={"value": 5})
+        .node("b", test_tasks.ft_upstream, after=["a"])  # a django.tasks Task object
+        .enqueue(clock=clock)
+    )
+    drain(scheduler)
+    b = Run.objects.get(pk=wf.runs["b"])
+    assert (b.state, b.result) == (RunState.SUCCEEDED, {"a": 5})

@@ -203,3 +203,9 @@ def upstream(context: RunContext, value=None):
     """A workflow node: records what its upstream nodes returned, returns ``value``."""
     CALLS.append({"run_id": context.run_id, "upstream": dict(context.upstream_results)})
     return value
+
+
+@framework_task(takes_context=True)
+def ft_upstream(context) -> dict:
+    """A workflow node declared with django.tasks: returns its upstream results (TaskContext extras)."""
+    return dict(context.upstream_results)
