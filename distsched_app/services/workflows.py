@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 
+from ..conf import conf
 from ..db import bulk, notify
 from ..db.workflows import reserve_run_ids
 from ..errors import ValidationError
@@ -37,9 +38,9 @@ from ..models import (
 )
 from ..text import storable
 from ..workflow_models import WAITING_PREFIX
-from . import audit
+from . import audit, limit_rules
 from .enqueue import Job, _validated, declared, validate_policy
-from .validation import check_storable, validate_task_name, validate_task_queue
+from .validation import check_storable, validate_task_name, validate_task_queue, validated_json
 
 MAX_NODES = 100_000
 NODE_ID_MAX = 100
@@ -49,6 +50,7 @@ NODE_FIELDS = frozenset(
      "retry_base_seconds", "retry_max_seconds", "retry_jitter"}
 )  # fmt: skip
 _RETRY_FIELDS = ("max_attempts", "retry_base_seconds", "retry_max_seconds", "retry_jitter")
+_RULES = frozenset(UpstreamFailure.values)
 
 
 def waiting_label(workflow_id: int) -> str:
@@ -88,7 +90,36 @@ def _error(message: str, *, index: int | None = None, key: str = "") -> Validati
     return ValidationError(message, field=where)
 
 
-def _node(raw: Any, index: int, *, now: datetime) -> Node:
+def _validated_run(raw: Mapping[str, Any], *, now: datetime, shared: dict[Any, Any]) -> Any:
+    """The node's run (``db.runs.NewRun``), validated as an enqueued run is. What nodes share (task,
+    queue, priority, retry options: its declaration, the queue checks, the policy) is validated
+    once per distinct combination; each node's payload on its own."""
+    key: Any = (raw.get("task"), raw.get("queue"), raw.get("priority"), *(raw.get(k) for k in _RETRY_FIELDS))
+    try:
+        base = shared.get(key)
+    except TypeError:  # an unhashable option (a list where a number goes): validated the long way
+        base, key = None, None
+    if base is not None:
+        args, args_json = validated_json(raw.get("args") or [], field="args")
+        kwargs, kwargs_json = validated_json(raw.get("kwargs") or {}, field="kwargs")
+        if conf.LIMITS:  # a run under a limit with missing="error" must carry its partition key
+            limit_rules.keys_for(base.task_name, base.queue, args, kwargs)
+        return replace(base, args=args, kwargs=kwargs, args_json=args_json, kwargs_json=kwargs_json)
+    task_name = validate_task_name(raw.get("task"))
+    d = declared(task_name)
+    queue = validate_task_queue(task_name, raw["queue"] if raw.get("queue") is not None else d.queue)
+    policy = validate_policy({k: raw[k] for k in _RETRY_FIELDS if raw.get(k) is not None}, base=d.policy)
+    job = Job(
+        task_name=task_name, args=raw.get("args") or [], kwargs=raw.get("kwargs") or {}, queue=queue,
+        priority=d.priority if raw.get("priority") is None else raw["priority"],
+    )  # fmt: skip
+    new = _validated(job, policy=policy, now=now)
+    if key is not None:
+        shared[key] = new
+    return new
+
+
+def _node(raw: Any, index: int, *, now: datetime, shared: dict[Any, Any]) -> Node:
     if not isinstance(raw, Mapping):
         raise _error("a node must be an object", index=index)
     unknown = set(raw) - NODE_FIELDS
@@ -99,15 +130,7 @@ def _node(raw: Any, index: int, *, now: datetime) -> Node:
         raise _error(f"id must be a non-blank string of at most {NODE_ID_MAX} characters", index=index, key="id")
     check_storable(node_id, field=f"nodes.{index}.id")
     try:
-        task_name = validate_task_name(raw.get("task"))
-        d = declared(task_name)
-        queue = validate_task_queue(task_name, raw["queue"] if raw.get("queue") is not None else d.queue)
-        policy = validate_policy({k: raw[k] for k in _RETRY_FIELDS if raw.get(k) is not None}, base=d.policy)
-        job = Job(
-            task_name=task_name, args=raw.get("args") or [], kwargs=raw.get("kwargs") or {}, queue=queue,
-            priority=d.priority if raw.get("priority") is None else raw["priority"],
-        )  # fmt: skip
-        new = _validated(job, policy=policy, now=now)
+        new = _validated_run(raw, now=now, shared=shared)
     except ValidationError as exc:
         key = "task" if exc.field == "task_name" else (exc.field or "")
         raise _error(f"node {node_id!r}: {exc.message}", index=index, key=key) from None
@@ -117,7 +140,7 @@ def _node(raw: Any, index: int, *, now: datetime) -> Node:
     if len(set(after)) != len(after):
         raise _error(f"node {node_id!r}: after names a node twice", index=index, key="after")
     rule = raw.get("on_upstream_failure") or UpstreamFailure.CANCEL.value
-    if rule not in UpstreamFailure.values:
+    if rule not in _RULES:
         raise _error(
             f"on_upstream_failure must be one of {', '.join(UpstreamFailure.values)}", index=index,
             key="on_upstream_failure",
@@ -168,7 +191,8 @@ def validate(spec: Any, *, now: datetime) -> tuple[str, list[Node]]:
         raise ValidationError("a workflow needs at least one node", field="nodes")
     if len(raw_nodes) > MAX_NODES:
         raise ValidationError(f"a workflow has at most {MAX_NODES} nodes", field="nodes")
-    nodes = [_node(raw, i, now=now) for i, raw in enumerate(raw_nodes)]
+    shared: dict[Any, Any] = {}
+    nodes = [_node(raw, i, now=now, shared=shared) for i, raw in enumerate(raw_nodes)]
     seen: set[str] = set()
     for i, n in enumerate(nodes):
         if n.id in seen:
