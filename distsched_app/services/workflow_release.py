@@ -26,6 +26,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from ..db import locks, notify
+from ..db import workflows as db_workflows
 from ..errors import InvalidStateTransition
 from ..models import (
     ACTIVE_STATES,
@@ -41,6 +42,9 @@ from ..models import (
 )
 from ..workflow_models import WAITING_PREFIX
 from . import events
+
+# How often a worker runs the sweep: a safety net, so rarely (it reads the edges still waiting).
+SWEEP_SECONDS = 30.0
 
 # An upstream in one of these states keeps a "cancel" node from running.
 FAILED_STATES = (RunState.DEAD, RunState.CANCELLED, RunState.SKIPPED)
@@ -64,42 +68,38 @@ def ended(finished: Mapping[int, str], *, now: datetime, workflow_ids: Iterable[
     if workflow_ids is None:
         workflow_ids = Run.objects.filter(pk__in=sorted(finished)).values_list("workflow_id", flat=True)
     touched = {w for w in workflow_ids if w is not None}
+    live: set[int] = set()  # workflows with a node this transaction holds unfinished
     current = dict(finished)
     while current:
-        current = _downstream_of(current, now=now, touched=touched)
-    close(touched, now=now)
+        current = _downstream_of(current, now=now, touched=touched, live=live)
+    close(touched - live, now=now)
 
 
-def _downstream_of(finished: Mapping[int, str], *, now: datetime, touched: set[int]) -> dict[int, str]:
+def _downstream_of(finished: Mapping[int, str], *, now: datetime, touched: set[int], live: set[int]) -> dict[int, str]:
     """One step down the graph; returns the nodes this step ended (skipped), for the next."""
-    ups = sorted(finished)
-    edges = list(WorkflowEdge.objects.filter(upstream_id__in=ups).values_list("upstream_id", "downstream_id"))
+    edges = db_workflows.mark_edges_done(sorted(finished))
     if not edges:
         return {}
-    WorkflowEdge.objects.filter(upstream_id__in=ups, done=False).update(done=True)
-    waiting = Run.objects.filter(
-        pk__in=sorted({d for _, d in edges}), state=RunState.BLOCKED, held_by__startswith=WAITING_PREFIX
-    ).order_by("id")
     # Locked before their other upstreams are read: the one rule that makes concurrent finishes safe.
-    locked = list(
-        locks.row_locked(waiting, of=("self",)).values_list("id", "workflow_id", "workflow_node__on_upstream_failure")
-    )
+    locked = db_workflows.lock_waiting_nodes(sorted({d for _, d in edges}))
     if not locked:
         return {}
     failed_by: dict[int, int] = {}
     for up, down in edges:
         if finished[up] in FAILED_STATES:
             failed_by.setdefault(down, up)
-    ids = [run_id for run_id, _, _ in locked]
-    still = set(WorkflowEdge.objects.filter(downstream_id__in=ids, done=False).values_list("downstream_id", flat=True))
     skip: dict[int, int] = {}
     release: list[int] = []
     strict: list[int] = []
-    for run_id, workflow_id, rule in locked:
+    for run_id, workflow_id, rule, waits in locked:
         touched.add(workflow_id)
         if rule != UpstreamFailure.RUN and run_id in failed_by:
             skip[run_id] = failed_by[run_id]
-        elif run_id not in still:
+            continue
+        # Waiting or released, this node is unfinished, and locked by us until COMMIT: its workflow
+        # cannot end in this transaction, and its own end will close it (no close check needed).
+        live.add(workflow_id)
+        if not waits:
             release.append(run_id)
             if rule != UpstreamFailure.RUN:
                 strict.append(run_id)
@@ -107,6 +107,8 @@ def _downstream_of(finished: Mapping[int, str], *, now: datetime, touched: set[i
     # (one that ended while it was re-opened): read once, when it is about to run.
     behind = _failed_upstreams(strict)
     skip.update(behind)
+    if behind:  # those are not live after all: their workflows are checked for the close
+        live.difference_update(w for r, w, _, _ in locked if r in behind)
     _release([r for r in release if r not in behind], now=now)
     _skip(skip, now=now)
     return dict.fromkeys(skip, RunState.SKIPPED.value)

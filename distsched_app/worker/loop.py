@@ -73,6 +73,7 @@ class Loop:
         self.next_expired_check = 0.0
         # Monotonic time of the next flow-control sweep (``services.limits.sweep``).
         self._next_sweep = 0.0
+        self._next_workflow_sweep = 0.0
         # Woken by a notification: the next claim goes straight for the waiting runs (one
         # statement on PostgreSQL); lease recovery follows when due (``claim``).
         self.woken = False
@@ -254,7 +255,9 @@ class Loop:
             return
         self._next_sweep = time.monotonic() + limit_service.SWEEP_SECONDS
         limit_service.sweep(self.worker.clock.now())
-        workflow_release.sweep(self.worker.clock.now())  # workflow nodes a missed transition left waiting
+        if time.monotonic() >= self._next_workflow_sweep:  # workflow nodes a missed transition left waiting
+            self._next_workflow_sweep = time.monotonic() + workflow_release.SWEEP_SECONDS
+            workflow_release.sweep(self.worker.clock.now())
 
     def maybe_tick(self, force: bool = False) -> None:
         w = self.worker
