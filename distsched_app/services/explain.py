@@ -56,7 +56,7 @@ KINDS = (
     "paused_limit",  # limit, partition, by, reason, until, since
     "replaces",  # replaces (the run id), replaces_state, since (overlap=replace)
     "blocked",  # blocked on something no longer declared or unknown: held_by, since
-    "upstream",  # a workflow node: workflow, waiting_for ([{node, run, state}]), since
+    "upstream",  # a workflow node: workflow, upstream (the nodes not ended: [{node, run, state}]), since
     "rate",  # limit, partition, rate, next_start
     "not_due",  # at, retry
     "no_worker",  # queue: claimable, but no live worker serves its queue
@@ -232,7 +232,7 @@ def _upstream(run: Run, workflow_id: int, since: str | None) -> dict[str, Any]:
         "message": f"node of workflow {workflow_id}, waiting for "
         f"{names or 'nothing: the next sweep releases it'}{more}",
         "workflow": workflow_id,
-        "waiting_for": shown,
+        "upstream": shown,
         "since": since or _iso(run.created_at),
     }
 

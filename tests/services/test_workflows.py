@@ -367,3 +367,15 @@ def test_a_framework_task_node_reads_upstream_results_from_its_task_context(sche
     drain(scheduler)
     b = Run.objects.get(pk=wf.runs["b"])
     assert (b.state, b.result) == (RunState.SUCCEEDED, {"a": 5})
+
+
+def test_explain_names_the_upstream_nodes_a_node_still_waits_for(clock):
+    from distsched_app.services import explain
+
+    wf = workflows.enqueue({"name": "e", "nodes": [node("a"), node("b"), node("join", after=["a", "b"])]}, clock=clock)
+    assert succeed(claim(clock), worker_id="w1", attempt=1, now=clock.now())  # a ended; b has not
+    join = Run.objects.get(pk=wf.runs["join"])
+    [reason] = explain.explain(join, now=clock.now())["waiting_for"]
+    assert reason["kind"] == "upstream" and reason["workflow"] == wf.id
+    assert reason["upstream"] == [{"node": "b", "run": wf.runs["b"], "state": "pending"}]
+    assert "waiting for b" in reason["message"]
