@@ -94,7 +94,7 @@ def _id(value: str) -> int:
             OpenApiParameter("state", str, enum=WorkflowState.values),
             OpenApiParameter("name", str, description="Exact name."),
         ],
-        responses={200: WorkflowSerializer(many=True), **error_responses(400)},
+        responses={200: WorkflowSerializer(many=True), **error_responses(400, 404)},
     ),
     retrieve=extend_schema(
         summary="A workflow with its nodes (id, run, state, after)",
@@ -127,9 +127,7 @@ class WorkflowViewSet(ApiView, viewsets.GenericViewSet):
         return SpecSerializer if self.action == "create" else WorkflowSerializer
 
     def list(self, request: Request) -> Response:
-        qs = workflow_ops.list_workflows(
-            state=request.query_params.get("state") or None, name=request.query_params.get("name") or None
-        )
+        qs = workflow_ops.list_workflows(state=request.query_params.get("state"), name=request.query_params.get("name"))
         page = self.paginate_queryset(qs)
         return self.get_paginated_response(WorkflowSerializer(page, many=True).data)
 

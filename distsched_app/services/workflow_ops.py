@@ -24,6 +24,7 @@ from ..models import (
     WorkflowState,
 )
 from . import audit, events, workflow_release
+from .validation import check_storable
 from .runs import CANCELLABLE_AT_ONCE, cancel_locked
 
 
@@ -41,11 +42,12 @@ def get_workflow(workflow_id: object) -> Workflow:
 def list_workflows(*, state: str | None = None, name: str | None = None) -> QuerySet[Workflow]:
     """Newest first, filtered by state and exact name."""
     qs = Workflow.objects.all()
-    if state:
+    if state is not None:
         if state not in WorkflowState.values:
             raise ValidationError(f"state must be one of {', '.join(WorkflowState.values)}", field="state")
         qs = qs.filter(state=state)
-    if name:
+    if name is not None:
+        check_storable(name, field="name")  # NUL: no database can compare it
         qs = qs.filter(name=name)
     return qs.order_by("-id")
 

@@ -26,6 +26,7 @@ from rest_framework.authtoken.models import Token
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from distsched_app import workflows
 from distsched_app.services import claiming
 
 pytestmark = pytest.mark.django_db
@@ -48,6 +49,8 @@ EXCLUDED = {
     ("PATCH", "/api/limits/{name}/"): [positive_data_acceptance],
     # A restored configuration meets the same rules as a PATCH (a once schedule's run_at in the past).
     ("POST", "/api/schedules/{name}/restore/"): [positive_data_acceptance],
+    # A workflow spec: registered tasks, unique node ids, known and acyclic `after`, storable payloads.
+    ("POST", "/api/workflows/"): [positive_data_acceptance],
 }
 
 
@@ -67,6 +70,7 @@ def seeded(api_clock, scheduler, make_schedule, settings):
     scheduler.tick()
     scheduler.trigger("every-minute")
     running = claiming.claim_next_run(worker_id="w1", queues=None, lease_seconds=30, now=api_clock.now())
+    workflows.enqueue({"name": "flow", "nodes": [{"id": "a", "task": "tests.noop"}]}, clock=api_clock)
     return {"name": "every-minute", "id": running.pk}
 
 
@@ -102,6 +106,10 @@ OPERATIONS = [
     ("GET", "/api/limits/{name}/"),
     ("PATCH", "/api/limits/{name}/"),
     ("POST", "/api/limits/{name}/reset/"),
+    ("GET", "/api/workflows/"),
+    ("POST", "/api/workflows/"),
+    ("GET", "/api/workflows/{id}/"),
+    ("POST", "/api/workflows/{id}/cancel/"),
 ]
 
 

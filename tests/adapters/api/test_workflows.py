@@ -60,6 +60,13 @@ def test_an_invalid_spec_is_a_400_with_field_messages_and_writes_nothing(api, sp
     assert not Workflow.objects.exists() and not Run.objects.exists()
 
 
+@pytest.mark.parametrize("query", [{"state": "nope"}, {"state": ""}, {"name": "a\x00b"}])
+def test_a_bad_filter_is_a_400(api, query):
+    response = api.get("/api/workflows", query)
+    assert response.status_code == 400, response.content
+    assert set(response.json()) == set(query)
+
+
 @pytest.mark.parametrize("path", ["/api/workflows/999", "/api/workflows/abc", "/api/workflows/999/cancel"])
 def test_an_unknown_workflow_is_a_404(api, path):
     response = api.post(path) if path.endswith("cancel") else api.get(path)
