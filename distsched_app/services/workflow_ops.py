@@ -24,8 +24,8 @@ from ..models import (
     WorkflowState,
 )
 from . import audit, events, workflow_release
-from .validation import check_storable
 from .runs import CANCELLABLE_AT_ONCE, cancel_locked
+from .validation import check_storable
 
 
 class WorkflowNotFound(NotFound):

@@ -379,3 +379,17 @@ def test_explain_names_the_upstream_nodes_a_node_still_waits_for(clock):
     assert reason["kind"] == "upstream" and reason["workflow"] == wf.id
     assert reason["upstream"] == [{"node": "b", "run": wf.runs["b"], "state": "pending"}]
     assert "waiting for b" in reason["message"]
+
+
+def test_the_limit_and_replacement_sweeps_leave_waiting_nodes_alone(clock, settings):
+    from distsched_app.services import limits
+
+    settings.DISTSCHED = {**settings.DISTSCHED, "LIMITS": {"one": {"task": "tests.upstream", "concurrency": 1}}}
+    wf = workflows.enqueue({"name": "s", "nodes": [node("a"), node("b", after=["a"])]}, clock=clock)
+    limits.sweep(clock.now())
+    assert (state(wf.runs["b"]), Run.objects.get(pk=wf.runs["b"]).held_by) == (RunState.BLOCKED, f"workflow:{wf.id}")
+    # Once released, the node is an ordinary pending run under the limit: the claim admits it.
+    a = claim(clock)
+    assert succeed(a, worker_id="w1", attempt=1, now=clock.now())
+    assert state(wf.runs["b"]) == RunState.PENDING
+    assert claim(clock).pk == wf.runs["b"]
