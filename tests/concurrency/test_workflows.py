@@ -18,7 +18,7 @@ import pytest
 from django.db import connections
 
 from distsched_app import workflows
-from distsched_app.models import EventType, Run, RunEvent, RunState, Workflow, WorkflowState
+from distsched_app.models import EventType, Run, RunEvent, RunState, Worker, Workflow, WorkflowState
 from distsched_app.services import claiming, runs
 from tests.concurrency.procs import child_env, finish, manage, wait_for
 from tests.factories import succeed
@@ -47,6 +47,10 @@ class Workers:
                     env=child_env(), stdout=log, stderr=subprocess.STDOUT,
                 )  # fmt: skip
             names.append(name)
+        # Registered means its signal handlers are in place: a SIGTERM from stop() is a graceful stop,
+        # not the death of a process still importing Django.
+        registered = wait_for(lambda: Worker.objects.filter(worker_id__in=names).count() == len(names), timeout=BOOT)
+        assert registered, self.logs()
         return names
 
     def kill(self, name: str) -> None:
