@@ -20,6 +20,7 @@ class AuditTarget(models.TextChoices):
     QUEUE = "queue", "queue"
     LIMIT = "limit", "limit"
     BULK = "bulk", "bulk action"  # an action on every run matching a filter (``services.bulk``)
+    WORKFLOW = "workflow", "workflow"
 
 
 class AuditAction(models.TextChoices):

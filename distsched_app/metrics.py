@@ -36,7 +36,7 @@ from .api.permissions import METRICS, ModelPermissions
 from .clock import Clock, current_clock
 from .conf import conf
 from .models import EventType, Liveness, Origin, RunState
-from .services import leader, limit_summary
+from .services import leader, limit_summary, workflow_ops
 from .services.limit_overrides import LimitStatus
 from .services.stats import (
     BUCKETS,
@@ -93,6 +93,7 @@ class DistschedCollector(Collector):
         now = self.clock.now()
         yield from families(read_snapshot(now))
         yield from limit_families(limit_summary.statuses(now))  # no query when no limit is declared
+        yield workflow_family(workflow_ops.workflows_by_state())
         yield from leader_families(leader.status())
 
 
@@ -262,6 +263,14 @@ def limit_families(statuses: Sequence[LimitStatus]) -> Iterator[Metric]:
             if value is not None:
                 family.add_metric([status.name], value)
         yield family
+
+
+def workflow_family(by_state: dict[str, int]) -> Metric:
+    """``distsched_workflows{state}``: workflows by state, every state a series (0 when none)."""
+    family = GaugeMetricFamily("distsched_workflows", "Workflows by state.", labels=["state"])
+    for state, count in by_state.items():
+        family.add_metric([state], count)
+    return family
 
 
 def _age(now: datetime, then: datetime | None) -> float:

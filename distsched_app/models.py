@@ -20,6 +20,13 @@ from .fields import StorableJSONField
 from .leader_models import Leader  # noqa: F401 - re-exported
 from .limit_models import Limit, LimitAction, LimitEvent, LimitHold, LimitPartition  # noqa: F401 - re-exported
 from .queue_models import QueueAction, QueueEvent, QueuePause, not_paused_sql  # noqa: F401 - re-exported
+from .workflow_models import (  # noqa: F401 - re-exported
+    UpstreamFailure,
+    Workflow,
+    WorkflowEdge,
+    WorkflowNode,
+    WorkflowState,
+)
 
 
 class ScheduleKind(models.TextChoices):
@@ -261,6 +268,12 @@ class Run(models.Model):
     # otherwise. Nullable, not "": so adding it is an ALTER TABLE ADD COLUMN on SQLite, not a rebuild
     # of the runs table.
     deleted_schedule = models.CharField(max_length=100, null=True, blank=True, editable=False)  # noqa: DJ001
+    # The workflow the run is a node of (``workflow_models``); None for every other run, which is
+    # all the outcome paths look at before doing any workflow work (no query).
+    workflow = models.ForeignKey(
+        "distsched_app.Workflow", on_delete=models.PROTECT, related_name="runs", db_index=False, null=True,
+        blank=True, editable=False,
+    )  # fmt: skip
 
     objects = RunQuerySet.as_manager()
 
@@ -319,6 +332,12 @@ class Run(models.Model):
                 fields=["state", "finished_at"],
                 name="distsched_run_state_finished",
                 condition=Q(finished_at__isnull=False),
+            ),
+            # A workflow's unfinished nodes ("has it ended?", cancel): other runs never enter it.
+            models.Index(
+                fields=["workflow"],
+                name="distsched_run_wf_active",
+                condition=Q(workflow__isnull=False, state__in=["pending", "leased", "running", "retrying", "blocked"]),
             ),
             # One index serves both lookups and prefix search of the key (admin);
             # on PostgreSQL a plain db_index would create two.

@@ -49,6 +49,11 @@ class DistschedTaskContext(TaskContext):
     def fencing_token(self) -> str:
         return self.run.fencing_token
 
+    @property
+    def upstream_results(self) -> Any:
+        """A workflow node's upstream results by node id (``RunContext.upstream_results``)."""
+        return self.run.upstream_results
+
     def cancel_requested(self) -> bool:
         return self.run.cancel_requested()
 

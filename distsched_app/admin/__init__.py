@@ -14,6 +14,7 @@ ModelAdmins below registers them (each module uses ``@admin.register``).
     workers    WorkerAdmin                 lists      paginator and list filters
     queues     QueuePauseAdmin (paused queues: pause, resume), QueueEventAdmin (their history)
     limits     LimitAdmin (declared limits; a limit's override, reset and history)
+    workflows  WorkflowAdmin (a workflow's graph as SVG, its nodes; cancel)
     audit      AuditEntryAdmin (schedule versions and the operators' action log, read-only)
     bulk       BulkActionAdmin (bulk actions on runs: progress, read-only; the run list's "select all N")
     dashboard  the dashboard view          chart      the dashboard's SVG chart geometry
@@ -31,6 +32,7 @@ from .queues import QueueEventAdmin, QueuePauseAdmin
 from .runs import RunAdmin
 from .schedules import ScheduleAdmin
 from .workers import WorkerAdmin
+from .workflows import WorkflowAdmin
 
 __all__ = [
     "AuditEntryAdmin",
@@ -42,6 +44,7 @@ __all__ = [
     "RunEventAdmin",
     "ScheduleAdmin",
     "WorkerAdmin",
+    "WorkflowAdmin",
 ]
 
 # The admin index links to the dashboard unless the project has its own index template.

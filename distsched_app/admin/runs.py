@@ -20,12 +20,12 @@ from django.urls import path
 from django.utils.html import format_html
 
 from ..clock import current_clock
-from ..models import QueuePause, Run, RunState, Schedule
+from ..models import QueuePause, Run, RunState, Schedule, Workflow
 from ..services import capabilities as capability_service
 from ..services import enqueue as enqueue_service
 from ..services import explain as explain_service
 from ..services import queues as queue_service
-from ..services import replacement
+from ..services import replacement, workflows
 from ..services import runs as run_service
 from ..services.outcomes import retry_policy_of
 from . import bulk as bulk_admin
@@ -91,6 +91,7 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
                 "fields": (
                     "id",
                     "schedule_link",
+                    "workflow_link",
                     "task_name",
                     "state_badge",
                     "origin",
@@ -232,6 +233,16 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
             return "-"
         return f"{', '.join(needs)} (no live worker serving queue {obj.queue} has all of them)"
 
+    @admin.display(description="workflow")
+    def workflow_link(self, obj: Run) -> str:
+        """The workflow the run is a node of, linked, with the node's id (one query, on its page only)."""
+        if obj.workflow_id is None:
+            return "-"
+        node = getattr(getattr(obj, "workflow_node", None), "node", "?")
+        return format_html(
+            "<a href='{}'>workflow {}</a>, node {}", change_url(Workflow, obj.workflow_id), obj.workflow_id, node
+        )
+
     @admin.display(description="blocked behind")
     def held_by_text(self, obj: Run) -> str:
         """What a blocked run waits for: the run it replaces (overlap=replace, linked) or a limit."""
@@ -242,6 +253,12 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
                 "<a href='{}'>run {}</a> (overlap=replace: starts once it has ended or its lease expired)",
                 change_url(Run, run_id),
                 run_id,
+            )
+        if (workflow_id := workflows.waiting_workflow(obj.held_by)) is not None:
+            return format_html(
+                "<a href='{}'>workflow {}</a> (its upstream nodes have not all ended)",
+                change_url(Workflow, workflow_id),
+                workflow_id,
             )
         return obj.held_by
 

@@ -278,7 +278,8 @@ class WaitingReasonSerializer(serializers.Serializer):
     kind = serializers.CharField(
         help_text="running (leased or running), cancel_requested, queue_paused, capabilities (missing on every "
         "live worker of its queue), concurrency / total (a limit's partition / whole limit is full), paused_limit, "
-        "replaces (overlap=replace: the run it waits for), blocked (anything else), rate (a limit's rate moved "
+        "replaces (overlap=replace: the run it waits for), upstream (a workflow node waiting for upstream nodes), "
+        "blocked (anything else), rate (a limit's rate moved "
         "its start), not_due (a later slot or a retry's backoff), no_worker (claimable, but no live worker "
         "serves its queue).",
     )
@@ -324,6 +325,13 @@ class WaitingReasonSerializer(serializers.Serializer):
         required=False, allow_null=True, help_text="replaces: that run's state (null: it no longer exists)."
     )
     held_by = serializers.CharField(required=False, allow_blank=True, help_text="blocked: the run's held_by.")
+    workflow = serializers.IntegerField(required=False, help_text="upstream: the node's workflow.")
+    upstream = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="upstream: the upstream nodes that have not ended, `[{node, run, state}]` "
+        f"(at most {explain_service.MAX_HOLDERS}).",
+    )
     at = serializers.DateTimeField(required=False, help_text="not_due: when it comes due (ISO 8601, UTC).")
     retry = serializers.BooleanField(required=False, help_text="not_due: true when it is a retry's backoff.")
     owner = serializers.CharField(required=False, allow_blank=True, help_text="running: the worker holding it.")

@@ -13,6 +13,7 @@ from .errors import not_found
 from .limits import LimitViewSet
 from .queues import QueueViewSet
 from .views import DocsView, RunViewSet, ScheduleViewSet, SchemaView, StatsView, WorkerViewSet
+from .workflows import WorkflowViewSet
 
 app_name = "distsched_api"
 
@@ -24,6 +25,7 @@ router.register("runs", RunViewSet, basename="run")
 router.register("workers", WorkerViewSet, basename="worker")
 router.register("queues", QueueViewSet, basename="queue")
 router.register("limits", LimitViewSet, basename="limit")
+router.register("workflows", WorkflowViewSet, basename="workflow")
 
 urlpatterns = [
     *router.urls,

@@ -35,7 +35,7 @@ from ..clock import iso_utc
 from ..db import claims, locks
 from ..models import EventType, Run, RunEvent, RunQuerySet, RunState, Schedule
 from . import capabilities as capability_service
-from . import events, limit_rules
+from . import events, limit_rules, workflow_release
 from . import limits as limit_service
 from . import queues as queue_service
 
@@ -274,6 +274,8 @@ def _finish_abandoned(run: Run, now: datetime, new_events: list[events.NewEvent]
         last_error=run.last_error or message,
     )
     new_events.append(events.NewEvent(run_id=run.pk, event_type=kind, now=now, attempt=run.attempts, message=message))
+    if run.workflow_id is not None:
+        workflow_release.ended({run.pk: state.value}, now=now, workflow_ids=[run.workflow_id])
 
 
 def _back_to_pending(run: Run, now: datetime) -> None:

@@ -43,7 +43,7 @@ from ..models import (
 )
 from . import capabilities as capability_service
 from . import limit_rules as rules
-from . import limits, replacement
+from . import limits, replacement, workflow_ops, workflows
 from . import queues as queue_service
 
 KINDS = (
@@ -56,6 +56,7 @@ KINDS = (
     "paused_limit",  # limit, partition, by, reason, until, since
     "replaces",  # replaces (the run id), replaces_state, since (overlap=replace)
     "blocked",  # blocked on something no longer declared or unknown: held_by, since
+    "upstream",  # a workflow node: workflow, upstream (the nodes not ended: [{node, run, state}]), since
     "rate",  # limit, partition, rate, next_start
     "not_due",  # at, retry
     "no_worker",  # queue: claimable, but no live worker serves its queue
@@ -220,6 +221,22 @@ def _served(queue: str, now: datetime) -> bool:
 # -- blocked ---------------------------------------------------------------------------------------
 
 
+def _upstream(run: Run, workflow_id: int, since: str | None) -> dict[str, Any]:
+    """A workflow node waiting for upstream nodes that have not ended."""
+    waiting = workflow_ops.waiting_for(run)
+    shown = waiting[:MAX_HOLDERS]
+    names = ", ".join(f"{w['node']} (run {w['run']}, {w['state']})" for w in shown)
+    more = f" and {len(waiting) - len(shown)} more" if len(waiting) > len(shown) else ""
+    return {
+        "kind": "upstream",
+        "message": f"node of workflow {workflow_id}, waiting for "
+        f"{names or 'nothing: the next sweep releases it'}{more}",
+        "workflow": workflow_id,
+        "upstream": shown,
+        "since": since or _iso(run.created_at),
+    }
+
+
 def _since(run: Run) -> str | None:
     """When the run's current wait began: its latest ``blocked`` event."""
     qs = RunEvent.objects.filter(run_id=run.pk, event_type=EventType.BLOCKED).order_by("-id")
@@ -230,6 +247,8 @@ def _blocked(run: Run, now: datetime) -> list[dict[str, Any]]:
     since = _since(run)
     if (holder := replacement.holder_id(run.held_by)) is not None:
         return [_replaces(holder, since, now)]
+    if (workflow_id := workflows.waiting_workflow(run.held_by)) is not None:
+        return [_upstream(run, workflow_id, since)]
     parsed = limits.parse_held_by(run.held_by)
     if parsed is None:
         return [

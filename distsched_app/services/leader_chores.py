@@ -22,7 +22,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from ..errors import NotLeader
-from . import limits, retention
+from . import limits, retention, workflow_release
 from .leader import Elector, Store
 from .tick import NewRun, tick
 
@@ -45,6 +45,7 @@ class Leadership:
         self.elector = Elector(holder=holder, lease_seconds=lease_seconds, store=store, monotonic=monotonic)
         self.retention = retention.Retention(monotonic=monotonic)
         self.next_sweep = 0.0
+        self.next_workflow_sweep = 0.0
         self.next_retention = 0.0
         self._deleted = [0, 0]  # runs, events since the last report
         self._report_from = monotonic()
@@ -78,6 +79,9 @@ class Leadership:
         if mono >= self.next_sweep and self.elector.leading():
             self.next_sweep = mono + limits.SWEEP_SECONDS
             limits.sweep(now)
+        if mono >= self.next_workflow_sweep and self.elector.leading():  # nodes a missed transition left waiting
+            self.next_workflow_sweep = mono + workflow_release.SWEEP_SECONDS
+            workflow_release.sweep(now)
         if mono >= self.next_retention and self.elector.leading():
             done = self.retention.apply(now, fence=self.elector.term)
             self._deleted[0] += done.runs

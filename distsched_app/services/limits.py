@@ -581,7 +581,7 @@ def sweep(now: datetime) -> int:
         LimitHold.objects.filter(
             pk__in=list(LimitHold.objects.filter(stale).values_list("pk", flat=True)[:10_000])
         ).delete()
-    if any(not label.startswith(PREFIX) for label in labels):
+    if any(label.startswith(replacement.HOLDER_PREFIX) for label in labels):  # not a workflow node's
         with transaction.atomic():
             through += replacement.sweep_replacements(now)
     return through

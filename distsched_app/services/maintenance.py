@@ -25,7 +25,7 @@ from ..db import locks
 from ..db.leader import Term
 from ..errors import ValidationError
 from ..models import TERMINAL_STATES, Run, RunEvent, RunQuerySet, Worker
-from . import leader
+from . import leader, workflow_prune
 
 DEFAULT_BATCH_SIZE = 1000
 MAX_BATCH_SIZE = 50_000
@@ -41,6 +41,7 @@ class PruneResult:
     cutoff: datetime
     dry_run: bool
     batches: int = 0
+    workflows: int = 0  # finished workflows deleted whole (their runs and events are in runs, events)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,14 +70,12 @@ class PruneInterrupted(KeyboardInterrupt):
 
 
 def is_prunable(runs: RunQuerySet) -> RunQuerySet:
-    """The one rule of what history may be deleted, for ``prune`` and retention alike: of these
-    finished runs, the ones no one still needs. Today every finished run; the schedule audit
-    lives in its own table and is never touched here.
-
-    TODO(workflows): exclude the runs of a workflow that still has an active run (a live
-    workflow must never lose a part); that predicate belongs here and nowhere else.
+    """The one rule of what history may be deleted run by run, for ``prune`` and retention alike:
+    of these finished runs, the ones no one still needs. Runs of workflows are not among them: a
+    workflow is pruned whole, once finished (``workflow_prune``), so a live workflow never loses a
+    part. The schedule audit lives in its own table and is never touched here.
     """
-    return runs
+    return runs.filter(workflow__isnull=True)
 
 
 def prunable_runs(cutoff: datetime, states: Sequence[str] = TERMINAL_STATES) -> RunQuerySet:
@@ -114,12 +113,14 @@ def prune_runs(
     old_workers = Worker.objects.filter(heartbeat_at__lt=cutoff)
     if dry_run:
         runs = prunable_runs(cutoff)
+        flows, flow_runs, flow_events = workflow_prune.counts(cutoff)
         return PruneResult(
-            runs=runs.count(),
-            events=RunEvent.objects.filter(run__in=runs.values("pk")).count(),
+            runs=runs.count() + flow_runs,
+            events=RunEvent.objects.filter(run__in=runs.values("pk")).count() + flow_events,
             workers=old_workers.count(),
             cutoff=cutoff,
             dry_run=True,
+            workflows=flows,
         )
     total_runs = total_events = batches = 0
     try:
@@ -142,6 +143,15 @@ def prune_runs(
                     progress(
                         PruneProgress(runs=total_runs, events=total_events, batches=batches, total=total, cutoff=cutoff)
                     )
+        flows = 0
+        last_flow_id: int | None = 0
+        while last_flow_id is not None:
+            deleted_flows, deleted_runs, deleted_events, last_flow_id = workflow_prune.prune_batch(
+                cutoff, batch_size, last_flow_id
+            )
+            flows += deleted_flows
+            total_runs += deleted_runs
+            total_events += deleted_events
         with transaction.atomic():
             workers, _ = old_workers.delete()
     except KeyboardInterrupt:
@@ -152,8 +162,9 @@ def prune_runs(
         )
         raise PruneInterrupted(done) from None
     return PruneResult(
-        runs=total_runs, events=total_events, workers=workers, cutoff=cutoff, dry_run=False, batches=batches
-    )
+        runs=total_runs, events=total_events, workers=workers, cutoff=cutoff, dry_run=False, batches=batches,
+        workflows=flows,
+    )  # fmt: skip
 
 
 # Where a walk over finished runs stands: the finished_at of the last run it deleted.

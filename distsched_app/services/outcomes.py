@@ -23,7 +23,7 @@ from ..conf import conf
 from ..db import fencing, locks, notify
 from ..models import LEASED_STATES, EventType, Run, RunState
 from ..text import storable, storable_json
-from . import events, limits, task_options
+from . import events, limits, task_options, workflow_release
 
 
 def truncate_error(text: str, limit: int | None = None) -> str:
@@ -138,6 +138,8 @@ def record_failure(
                 log(EventType.MARKED_DEAD, f"{left} ({run.attempts}/{run.max_attempts})")
         _fenced(run_id, worker_id, attempt).update(**changes)
         limits.release([run_id], now=now, replaced=[run_id] if run.cancel_requested else ())
+        if run.workflow_id is not None and changes["state"] != RunState.RETRYING:
+            workflow_release.ended({run_id: str(changes["state"])}, now=now, workflow_ids=[run.workflow_id])
         events.record_many(new)
         return str(changes["state"])
 
@@ -186,11 +188,18 @@ def record_successes(*, worker_id: str, successes: list[Success], now: datetime)
     with transaction.atomic():
         # Rows are locked (PostgreSQL) or the write lock is held (SQLite
         # IMMEDIATE): nobody can take them over between this check and the update.
-        held = _held_ids(worker_id, {s.run_id: s.attempt for s in successes}, lock=True, extra=("cancel_requested",))
+        held = _held_ids(
+            worker_id, {s.run_id: s.attempt for s in successes}, lock=True, extra=("cancel_requested", "workflow")
+        )
         ok = [by_id[run_id] for run_id in held]
         if ok:
             _mark_succeeded(ok, worker_id, now, results)
             limits.release([s.run_id for s in ok], now=now, replaced=[s.run_id for s in ok if held[s.run_id][0]])
+            nodes = {s.run_id: held[s.run_id][1] for s in ok if held[s.run_id][1] is not None}
+            if nodes:  # runs of workflows: their downstream nodes, in this transaction
+                workflow_release.ended(
+                    dict.fromkeys(nodes, RunState.SUCCEEDED.value), now=now, workflow_ids=nodes.values()
+                )
         new: list[events.NewEvent] = []
         for s in ok:
             if s.record_started:

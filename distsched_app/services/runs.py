@@ -13,7 +13,7 @@ from django.db.models import F
 from ..db import locks, notify
 from ..errors import InvalidStateTransition, RunNotFound, UniqueKeyTaken
 from ..models import ACTIVE_STATES, AuditAction, AuditSource, AuditTarget, EventType, Run, RunEvent, RunState
-from . import audit, events
+from . import audit, events, workflow_release
 from .outcomes import retry_policy_of
 
 CANCELLABLE_AT_ONCE = (RunState.PENDING, RunState.RETRYING, RunState.BLOCKED)
@@ -85,6 +85,8 @@ def cancel_locked(run: Run, *, now: datetime, reason: str) -> bool:
         run.updated_at = now
         run.save(update_fields=["state", "finished_at", "held_by", "updated_at"])
         events.record(run, EventType.CANCELLED, now=now, message=f"cancelled {reason}")
+        if run.workflow_id is not None:
+            workflow_release.ended({run.pk: RunState.CANCELLED.value}, now=now, workflow_ids=[run.workflow_id])
         return True
     if run.state in CANCELLABLE_COOPERATIVELY and not run.cancel_requested:
         run.cancel_requested = True
@@ -165,6 +167,8 @@ def requeue_locked(run: Run, *, now: datetime, reason: str) -> None:
         if not run.unique_key:
             raise  # not the key: nothing else in this UPDATE can conflict, so it is a real fault
         raise _key_taken(run, _key_holder(run)) from None
+    if run.workflow_id is not None:  # waits again behind unfinished upstreams; re-opens what it ended
+        workflow_release.requeued(run, now=now)
     notify.notify([run.queue])  # claimable now: wake an idle worker
     events.record(
         run,
@@ -188,7 +192,7 @@ class BatchOutcome:
 
 # What a requeue reads of a run (``retry_policy_of``, the unique key's rule, the notification).
 REQUEUE_READS = (
-    *("id", "state", "attempts", "task_name", "unique_key", "retry_policy", "queue", "schedule_id"),
+    *("id", "state", "attempts", "task_name", "unique_key", "retry_policy", "queue", "schedule_id", "workflow_id"),
     *(
         "schedule__max_attempts",
         "schedule__retry_base_seconds",
@@ -206,15 +210,16 @@ def _allowed(states: Iterable[str] | None, eligible: Iterable[str]) -> list[str]
 def requeue_many(ids: list[int], *, now: datetime, reason: str, states: Iterable[str] | None = None) -> BatchOutcome:
     """Requeue the runs of ``ids`` that are (still) requeueable and in ``states``, in the caller's
     transaction: locked by one SELECT, written by one UPDATE per attempt budget, their events by one
-    INSERT. A run with a unique key goes through ``requeue_locked`` (the key rule), one by one."""
+    INSERT. A run with a unique key (the key rule) or of a workflow (its upstreams and the nodes it
+    ended) goes through ``requeue_locked``, one by one."""
     allowed = _allowed(states, REQUEUEABLE)
     qs = Run.objects.filter(pk__in=ids, state__in=allowed).select_related("schedule").order_by("pk")
     qs = qs.only(*REQUEUE_READS)  # not the payloads, results, errors: a batch reads 1,000 rows
     runs = list(locks.row_locked(qs, of=("self",)))
-    keyed = [run for run in runs if run.unique_key]
+    one_by_one = [run for run in runs if run.unique_key or run.workflow_id is not None]
     budgets: dict[int, list[Run]] = {}
     for run in runs:
-        if not run.unique_key:
+        if not run.unique_key and run.workflow_id is None:
             budgets.setdefault(retry_policy_of(run).max_attempts, []).append(run)
     new_events: list[events.NewEvent] = []
     for budget, group in budgets.items():
@@ -231,11 +236,12 @@ def requeue_many(ids: list[int], *, now: datetime, reason: str, states: Iterable
         ]
     events.record_many(new_events)
     done = len(new_events)
-    for run in keyed:
+    for run in one_by_one:
         try:
-            requeue_locked(run, now=now, reason=reason)
+            with transaction.atomic():  # a refusal (key held, failed upstream) undoes this run only
+                requeue_locked(run, now=now, reason=reason)
             done += 1
-        except UniqueKeyTaken:
+        except (UniqueKeyTaken, InvalidStateTransition):
             pass
     if budgets:
         notify.notify(sorted({run.queue for group in budgets.values() for run in group}))
@@ -248,13 +254,14 @@ def cancel_many(ids: list[int], *, now: datetime, reason: str, states: Iterable[
     running ones (asked to stop), one INSERT of their events."""
     allowed = _allowed(states, CANCELLABLE_AT_ONCE + CANCELLABLE_COOPERATIVELY)
     qs = Run.objects.filter(pk__in=ids, state__in=allowed).order_by("pk")
-    rows = list(locks.row_locked(qs).values_list("pk", "state", "cancel_requested", "attempts"))
-    at_once = [(pk, attempts) for pk, state, _, attempts in rows if state in CANCELLABLE_AT_ONCE]
+    rows = list(locks.row_locked(qs).values_list("pk", "state", "cancel_requested", "attempts", "workflow_id"))
+    at_once = [(pk, attempts) for pk, state, _, attempts, _ in rows if state in CANCELLABLE_AT_ONCE]
     asked = [
         (pk, attempts)
-        for pk, state, requested, attempts in rows
+        for pk, state, requested, attempts, _ in rows
         if state in CANCELLABLE_COOPERATIVELY and not requested
     ]
+    in_workflows = {pk: wf for pk, state, _, _, wf in rows if state in CANCELLABLE_AT_ONCE and wf is not None}
     Run.objects.filter(pk__in=[pk for pk, _ in at_once]).update(
         state=RunState.CANCELLED, finished_at=now, held_by="", updated_at=now
     )
@@ -279,6 +286,10 @@ def cancel_many(ids: list[int], *, now: datetime, reason: str, states: Iterable[
             ),
         ]
     )
+    if in_workflows:  # as cancel_locked: their downstream nodes end or wait on, in this transaction
+        workflow_release.ended(
+            dict.fromkeys(in_workflows, RunState.CANCELLED.value), now=now, workflow_ids=set(in_workflows.values())
+        )
     return BatchOutcome(done=len(at_once) + len(asked), skipped=len(ids) - len(at_once) - len(asked))
 
 

@@ -24,7 +24,7 @@ from ..context import RunContext
 from ..db.retry import Backoff, is_transient, reset_connection, retry_transient
 from ..models import Run, WorkerStatus
 from ..services import bulk as bulk_service
-from ..services import claiming, workers
+from ..services import claiming, workers, workflow_release
 from ..services import leader as leader_service
 from ..services import limits as limit_service
 from ..services import runs as run_service
@@ -33,6 +33,7 @@ from ..services.leader_chores import Leadership
 from . import frameworks, signals
 from .execute import Attempt, Execution, call_task, describe_exception
 from .slots import task_slots
+from .upstream import upstream_loader
 
 if TYPE_CHECKING:
     from . import Worker
@@ -80,6 +81,7 @@ class Loop:
         self._next_sweep = 0.0
         # Monotonic time of the next look for bulk actions to work on (``maybe_bulk``).
         self._next_bulk = 0.0
+        self._next_workflow_sweep = 0.0
         # Woken by a notification: the next claim goes straight for the waiting runs (one
         # statement on PostgreSQL); lease recovery follows when due (``claim``).
         self.woken = False
@@ -185,6 +187,7 @@ class Loop:
             attempt=run.attempts,
             idempotency_key=run.idempotency_key,
             _cancel_probe=self._cancel_probe(run.pk),
+            **upstream_loader(run),
         )
         call_task(
             attempt,
@@ -271,6 +274,9 @@ class Loop:
         if self.leadership is not None or leader_service.someone_leads():
             return
         limit_service.sweep(self.worker.clock.now())
+        if time.monotonic() >= self._next_workflow_sweep:  # workflow nodes a missed transition left waiting
+            self._next_workflow_sweep = time.monotonic() + workflow_release.SWEEP_SECONDS
+            workflow_release.sweep(self.worker.clock.now())
 
     def maybe_bulk(self) -> None:
         """Work on operators' bulk actions (``services.bulk``) for at most ``BULK_BUDGET_SECONDS``

@@ -250,7 +250,7 @@ def write_rest(out: Path, extra: Path) -> None:
 
 
 def metric_families() -> list[Any]:
-    from distsched_app.metrics import families, limit_families
+    from distsched_app.metrics import families, limit_families, workflow_family
     from distsched_app.models import Liveness
     from distsched_app.services.stats import TIMINGS, Snapshot
 
@@ -268,7 +268,7 @@ def metric_families() -> list[Any]:
         schedules_overdue=0,
         oldest_overdue=None,
     )
-    return [*families(empty), *limit_families([])]
+    return [*families(empty), *limit_families([]), workflow_family({})]
 
 
 def write_metrics(out: Path) -> None:

@@ -70,6 +70,9 @@ OPERATOR_PERMS = [
     "change_queuepause",
     "view_limit",
     "change_limit",
+    "view_workflow",
+    "add_workflow",
+    "change_workflow",
 ]
 
 

@@ -70,9 +70,10 @@ def test_distsched_subcommands_in_docs_exist():
         "worker": {"list"},
         "queue": {"pause", "resume", "list", "history"},
         "limit": {"list", "show", "set", "reset"},
+        "workflow": {"list", "show", "cancel"},
     }
     for name, text in TEXT.items():
-        for group, verb in re.findall(r"distsched (schedule|run|worker|queue|limit) ([a-z]+)", text):
+        for group, verb in re.findall(r"distsched (schedule|run|worker|queue|limit|workflow) ([a-z]+)", text):
             assert verb in groups[group], f"{name}: distsched {group} {verb}"
     out = StringIO()
     call_command("distsched", "stats", stdout=out)

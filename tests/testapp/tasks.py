@@ -196,3 +196,16 @@ def ft_child_span(context) -> None:
 
     with trace.get_tracer("tests").start_as_current_span("inside the task"):
         pass
+
+
+@task("tests.upstream")
+def upstream(context: RunContext, value=None):
+    """A workflow node: records what its upstream nodes returned, returns ``value``."""
+    CALLS.append({"run_id": context.run_id, "upstream": dict(context.upstream_results)})
+    return value
+
+
+@framework_task(takes_context=True)
+def ft_upstream(context) -> dict:
+    """A workflow node declared with django.tasks: returns its upstream results (TaskContext extras)."""
+    return dict(context.upstream_results)

@@ -20,6 +20,7 @@ from . import celery_import, declared, records, schedule_changes
 from . import leader as leader_verbs
 from . import limits as limit_verbs
 from . import queues as queue_verbs
+from . import workflows as workflow_verbs
 from .progress import Interrupted, ProgressBar, progress_bar
 from .schedule_changes import CREATE_OPTIONS, changed_by
 from .tables import key_values, seconds, table, when
@@ -358,6 +359,7 @@ def _pruned(r: maintenance.PruneResult, *, interrupted: bool) -> Output:
         "dry_run": r.dry_run,
         "batches": r.batches,
         "interrupted": interrupted,
+        "workflows": r.workflows,  # finished workflows deleted whole (their runs and events are counted above)
     }
     if interrupted:
         return document, (
@@ -369,6 +371,7 @@ def _pruned(r: maintenance.PruneResult, *, interrupted: bool) -> Output:
     return document, (
         f"{verb} {r.runs} run(s) finished before {when(r.cutoff)}, {r.events} event(s) "
         f"and {r.workers} worker(s) silent since then"
+        + (f" ({r.workflows} finished workflow(s) whole)" if r.workflows else "")
     )
 
 
@@ -391,6 +394,7 @@ VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     **queue_verbs.VERBS,
     **limit_verbs.VERBS,
     **bulk_verbs.VERBS,
+    **workflow_verbs.VERBS,
     "stats": show_stats,
     "prune": prune,
     **leader_verbs.VERBS,

@@ -7,6 +7,7 @@
     distsched queue pause|resume|list|history
     distsched limit list|show|set|reset
     distsched import celery-beat
+    distsched workflow list|show|cancel
     distsched stats
     distsched prune --older-than 30d [--audit-older-than 400d]
     distsched leader
@@ -32,6 +33,7 @@ from ...text import storable
 from ..base import DistschedCommand, int_up_to, positive_int, storable_text
 from ..cli import bulk as bulk_verbs
 from ..cli import celery_import, declared, schedule_changes
+from ..cli import workflows as workflow_cli
 from ..cli.args import duration, duration_or_seconds, json_payload, object_id, whole_number
 from ..cli.progress import INTERRUPTED_STATUS, Interrupted
 from ..cli.verbs import VERBS
@@ -41,8 +43,8 @@ MAX_LIST = 10_000
 
 class Command(DistschedCommand):
     help = (
-        "Operate distsched: schedules, runs, workers, queues, limits, stats, pruning and the leader. "
-        "See `distsched <group> --help`."
+        "Operate distsched: schedules, runs, workers, queues, limits, workflows, bulk actions, stats, "
+        "pruning and the leader. See `distsched <group> --help`."
     )
     # Data commands skip the system checks (like dumpdata): faster, and stderr
     # carries nothing but the one error line. `manage.py check` still runs them.
@@ -51,7 +53,9 @@ class Command(DistschedCommand):
     def add_command_arguments(self, parser: Any) -> None:
         # The base class made ``parser`` a OneLineParser; subparsers copy its class.
         groups = parser.add_subparsers(
-            dest="group", metavar="{schedule,run,worker,queue,limit,bulk,import,stats,prune,leader}", required=True
+            dest="group",
+            metavar="{schedule,run,worker,queue,limit,workflow,bulk,import,stats,prune,leader}",
+            required=True,
         )
 
         schedule = groups.add_parser(
@@ -227,6 +231,7 @@ class Command(DistschedCommand):
 
         bulk_verbs.add_arguments(groups, _leaf)
         celery_import.add_arguments(groups, _leaf)
+        workflow_cli.add_arguments(groups, _leaf)
 
         _leaf(groups, "stats", "Run, schedule and worker figures.")
         prune = _leaf(groups, "prune", "Delete finished runs, their events and old workers.")

@@ -13,13 +13,24 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.test import APIClient
 
+from distsched_app import workflows
 from distsched_app.metrics import MetricsView
-from distsched_app.models import AuditEntry, Limit, LimitEvent, QueueEvent, QueuePause, Run, RunEvent, Schedule
-from distsched_app.services import limit_overrides, queues
+from distsched_app.models import (
+    AuditEntry,
+    Limit,
+    LimitEvent,
+    QueueEvent,
+    QueuePause,
+    Run,
+    RunEvent,
+    Schedule,
+    Workflow,
+)
+from distsched_app.services import bulk, limit_overrides, queues
 
 pytestmark = pytest.mark.django_db
 
-VIEW_ALL = ["view_schedule", "view_run", "view_worker", "view_queuepause", "view_limit"]
+VIEW_ALL = ["view_schedule", "view_run", "view_worker", "view_queuepause", "view_limit", "view_workflow"]
 
 # name -> make_api_user options (None: no credentials at all)
 ROLES = {
@@ -30,10 +41,18 @@ ROLES = {
     "schedule_viewer": {"staff": True, "perms": ["view_schedule"]},
     "changer": {
         "staff": True,
-        "perms": ["change_schedule", "change_run", "change_worker", "change_queuepause", "change_limit"],
+        "perms": [
+            "change_schedule",
+            "change_run",
+            "change_worker",
+            "change_queuepause",
+            "change_limit",
+            "change_workflow",
+        ],
     },
     "adder": {"staff": True, "perms": ["add_schedule"]},
     "run_adder": {"perms": ["add_run"]},  # e.g. a service account that enqueues work
+    "workflow_adder": {"perms": ["add_workflow"]},
     "deleter": {"staff": True, "perms": ["delete_schedule"]},
     "metrics": {"perms": ["view_metrics"]},
     "superuser": {"superuser": True},
@@ -99,6 +118,30 @@ ENDPOINTS = {
         "patch", "/api/limits/held", {"changer", "superuser"}, 200, body={"concurrency": 2}, writes=True
     ),
     "limits-reset": Endpoint("post", "/api/limits/held/reset", {"changer", "superuser"}, 200, writes=True),
+    "workflows-list": Endpoint("get", "/api/workflows", READ_RUNS, 200),
+    "workflows-retrieve": Endpoint("get", "/api/workflows/{workflow}", READ_RUNS, 200),
+    "workflows-create": Endpoint(
+        "post",
+        "/api/workflows",
+        {"workflow_adder", "superuser"},
+        201,
+        body={"name": "w", "nodes": [{"id": "a", "task": "tests.noop"}]},
+        writes=True,
+    ),
+    "workflows-cancel": Endpoint(
+        "post", "/api/workflows/{workflow}/cancel", {"changer", "superuser"}, 200, writes=True
+    ),
+    "bulk-list": Endpoint("get", "/api/runs/bulk", READ_RUNS, 200),
+    "bulk-retrieve": Endpoint("get", "/api/runs/bulk/{bulk}", READ_RUNS, 200),
+    "bulk-create": Endpoint(
+        "post",
+        "/api/runs/bulk",
+        {"changer", "superuser"},
+        202,
+        body={"filter": {"state": "cancelled"}, "action": "requeue"},
+        writes=True,
+    ),
+    "bulk-cancel": Endpoint("post", "/api/runs/bulk/{bulk}/cancel", {"changer", "superuser"}, 200, writes=True),
     "schema": Endpoint("get", "/api/schema?format=json", ANY_PERMISSION, 200),
     "docs": Endpoint("get", "/api/docs", ANY_PERMISSION, 200, anonymous=302),
     "metrics": Endpoint("get", "/metrics", {"metrics", "superuser"}, 200),
@@ -117,7 +160,9 @@ def world(api_clock, scheduler, make_schedule, monkeypatch, settings):
     limit_overrides.set_override("held", {"paused": True}, now=api_clock.now(), by="code:tests")
     [run] = scheduler.tick()
     cancelled = scheduler.cancel_run(scheduler.trigger("s1").pk)
-    return {"run": run.pk, "cancelled": cancelled.pk}
+    flow = workflows.enqueue({"name": "w1", "nodes": [{"id": "a", "task": "tests.noop"}]}, clock=api_clock)
+    job = bulk.create_bulk_action(action="requeue", filter={"state": "cancelled"}, now=api_clock.now())
+    return {"run": run.pk, "cancelled": cancelled.pk, "workflow": flow.id, "bulk": job.pk}
 
 
 def snapshot() -> tuple:
@@ -135,6 +180,7 @@ def snapshot() -> tuple:
         limits,
         LimitEvent.objects.count(),
         AuditEntry.objects.count(),
+        list(Workflow.objects.order_by("id").values_list("id", "state")),
     )
 
 
@@ -215,6 +261,8 @@ def test_every_endpoint_of_the_api_is_in_the_matrix():
         "WorkerViewSet": {("get", "list")},
         "QueueViewSet": {("get", "list"), ("post", "pause"), ("post", "resume")},
         "LimitViewSet": {("get", "list"), ("get", "retrieve"), ("patch", "partial_update"), ("post", "reset")},
+        "WorkflowViewSet": {("get", "list"), ("get", "retrieve"), ("post", "create"), ("post", "cancel")},
+        "BulkActionViewSet": {("get", "list"), ("get", "retrieve"), ("post", "create"), ("post", "cancel")},
         "StatsView": {("get", "get")},
         "SchemaView": {("get", "get")},
         "DocsView": {("get", "get")},
@@ -226,7 +274,7 @@ def test_every_endpoint_of_the_api_is_in_the_matrix():
 def test_authentication_is_set_on_every_view_not_read_from_settings():
     """Token then session on every view, /metrics included, whatever the host's REST_FRAMEWORK says."""
     views = routed_views()
-    assert MetricsView in views and len(views) == 9
+    assert MetricsView in views and len(views) == 11
     for cls in views:
         assert cls.authentication_classes == [TokenAuthentication, SessionAuthentication], cls
 

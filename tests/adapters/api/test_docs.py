@@ -38,6 +38,9 @@ PATHS = {
     "/api/limits/": {"get"},
     "/api/limits/{name}/": {"get", "patch"},
     "/api/limits/{name}/reset/": {"post"},
+    "/api/workflows/": {"get", "post"},
+    "/api/workflows/{id}/": {"get"},
+    "/api/workflows/{id}/cancel/": {"post"},
 }
 
 

@@ -26,6 +26,7 @@ from rest_framework.authtoken.models import Token
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from distsched_app import workflows
 from distsched_app.services import claiming
 
 pytestmark = pytest.mark.django_db
@@ -50,6 +51,8 @@ EXCLUDED = {
     ("POST", "/api/schedules/{name}/restore/"): [positive_data_acceptance],
     # A bulk action's filter must name a state the action applies to (requeue: dead or cancelled).
     ("POST", "/api/runs/bulk/"): [positive_data_acceptance],
+    # A workflow spec: registered tasks, unique node ids, known and acyclic `after`, storable payloads.
+    ("POST", "/api/workflows/"): [positive_data_acceptance],
 }
 
 
@@ -69,6 +72,7 @@ def seeded(api_clock, scheduler, make_schedule, settings):
     scheduler.tick()
     scheduler.trigger("every-minute")
     running = claiming.claim_next_run(worker_id="w1", queues=None, lease_seconds=30, now=api_clock.now())
+    workflows.enqueue({"name": "flow", "nodes": [{"id": "a", "task": "tests.noop"}]}, clock=api_clock)
     return {"name": "every-minute", "id": running.pk}
 
 
@@ -108,6 +112,10 @@ OPERATIONS = [
     ("GET", "/api/limits/{name}/"),
     ("PATCH", "/api/limits/{name}/"),
     ("POST", "/api/limits/{name}/reset/"),
+    ("GET", "/api/workflows/"),
+    ("POST", "/api/workflows/"),
+    ("GET", "/api/workflows/{id}/"),
+    ("POST", "/api/workflows/{id}/cancel/"),
 ]
 
 
