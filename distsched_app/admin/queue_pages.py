@@ -58,7 +58,7 @@ def _context(model_admin: Any, request: HttpRequest, title: str) -> dict[str, An
         "opts": model_admin.opts,
         "now": request_now(request),
         "window_minutes": int(queue_stats.WINDOW.total_seconds() // 60),
-        "sample_limit": queue_stats.SAMPLE_LIMIT,
+        "sample_limit": f"{queue_stats.SAMPLE_LIMIT:,}",
         "list_url": reverse("admin:distsched_queues"),
         "pauses_url": reverse("admin:distsched_app_queuepause_changelist"),
         "dashboard_url": reverse("admin:distsched_dashboard"),
