@@ -38,6 +38,10 @@ SCREENSHOT = Path("/tmp/admin/dashboard.png")
 # The layout screenshots: a fixed path in the clone (git-ignored) that CI keeps as artefacts.
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 WIDTHS = (1440, 1024)
+COLUMN_WIDTHS = (
+    "[...document.querySelectorAll('#result_list thead th')]"
+    ".map(t => t.className + ':' + Math.round(t.getBoundingClientRect().width))"
+)
 PASSWORD = "browser-test-password"
 
 
@@ -182,9 +186,7 @@ def test_operator_pages_fit_and_show_their_figures(live_server, superuser, histo
                 assert value.lower() in text.lower(), f"{name} at {width} px does not show {value!r}"
             if page.locator("#result_list").count():
                 box = page.locator("#result_list").bounding_box()
-                widths = page.evaluate(
-                    "[...document.querySelectorAll('#result_list thead th')].map(t => t.className + ':' + Math.round(t.getBoundingClientRect().width))"
-                )
+                widths = page.evaluate(COLUMN_WIDTHS)  # said when it fails: which column is too wide
                 assert box["x"] + box["width"] <= width, f"{name}'s table is wider than {width} px: {widths}"
 
 
