@@ -186,7 +186,8 @@ def _load_postgres(args, timings: dict[str, float]) -> None:
             INSERT INTO distsched_app_run (schedule_id, task_name, args, kwargs, state, scheduled_for,
                 available_at, attempts, max_attempts, lease_owner, lease_expires_at, started_at, finished_at,
                 last_error, result, queue, origin, idempotency_key, cancel_requested, created_at, updated_at)
-            SELECT %(sid0)s + mod(g, %(s)s), 'tests.noop', '[]', '{{"account_id": ' || mod(g, 1000) || '}}', st, sf,
+            SELECT %(sid0)s + mod(g, %(s)s), 'tests.noop', '[]',
+                   ('{{"account_id": ' || mod(g, 1000) || '}}')::jsonb, st, sf,
                    CASE st WHEN 'retrying' THEN sf + interval '10 minutes' ELSE sf END,
                    CASE st WHEN 'dead' THEN 3 WHEN 'pending' THEN 0 WHEN 'cancelled' THEN 0 ELSE 1 END, 3,
                    CASE st WHEN 'running' THEN 'bench-worker' ELSE '' END,
