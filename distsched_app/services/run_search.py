@@ -80,8 +80,6 @@ def parse(params: Mapping[str, str], *, now: datetime) -> KwargsSearch:
     if len(terms) > MAX_TERMS:
         raise ValidationError(f"at most {MAX_TERMS} kwargs__ parameters", field="kwargs")
     since, until = (_moment(name, params.get(name)) for name in BOUNDS)
-    if since is not None and until is not None and since >= until:
-        raise ValidationError("since must be before until", field="since")
     defaulted = bool(terms) and since is None and until is None
     if defaulted:
         since = now - DEFAULT_WINDOW
