@@ -21,6 +21,16 @@ from ..services import run_search
 from .display import ts
 from .support import request_now
 
+COUNT_CAP = 1000
+"""A kwargs search's list counts at most this many runs (and one more): no index narrows it."""
+
+
+def paginator_for(request, paginator):
+    """The run list's paginator, its count capped while a kwargs search is applied."""
+    if getattr(request, "_distsched_kwargs_search", False):
+        paginator.count_cap = COUNT_CAP
+    return paginator
+
 
 class KwargsSearchFilter(admin.ListFilter):
     title = "kwargs"
@@ -43,6 +53,8 @@ class KwargsSearchFilter(admin.ListFilter):
         return list(self.used_parameters)
 
     def queryset(self, request, queryset):
+        if self.search.terms:
+            request._distsched_kwargs_search = True  # read by paginator_for
         return self.search.apply(queryset)
 
     def choices(self, changelist) -> Iterator[Any]:
@@ -55,6 +67,7 @@ class KwargsSearchFilter(admin.ListFilter):
                 "until": ts(search.until) if search.until else None,
                 "defaulted": search.defaulted,
                 "window_days": run_search.DEFAULT_WINDOW.days,
+                "count_cap": f"{COUNT_CAP:,}",
                 "clear": changelist.get_query_string(remove=self.expected_parameters()),
             }
         ]

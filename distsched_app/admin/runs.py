@@ -45,7 +45,7 @@ from .lists import (
 )
 from .mixins import DistschedMedia, ObjectActionsMixin, StorableLookupsMixin
 from .run_columns import RunColumnsMixin, with_error_head
-from .run_search import KwargsSearchFilter
+from .run_search import KwargsSearchFilter, paginator_for
 from .support import (
     apply_each,
     changed_by,
@@ -175,6 +175,10 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, RunColu
                 return with_error_head(super().get_queryset(request, exclude_parameters).defer(*heavy))
 
         return RunChangeList
+
+    def get_paginator(self, request, queryset, per_page, orphans=0, allow_empty_first_page=True):
+        paginator = super().get_paginator(request, queryset, per_page, orphans, allow_empty_first_page)
+        return paginator_for(request, paginator)  # a kwargs search counts at most 1,001 runs
 
     def lookup_allowed(self, lookup, value, request=None):
         # The kwargs search's parameters: KwargsSearchFilter validates and applies them.

@@ -34,6 +34,8 @@ def test_values_are_compared_as_json():
     assert found({"kwargs__active": "true"}) == [flag.pk]
     assert found({"kwargs__region": "eu"}) == [region.pk]  # not JSON: text
     assert found({"kwargs__account_id": "43"}) == []
+    add(account_id=[42])  # a list holding the value is not the value (containment on PostgreSQL)
+    assert found({"kwargs__account_id": "42"}) == [number.pk]
 
 
 def test_nested_keys_and_several_terms():

@@ -193,3 +193,16 @@ def test_the_dashboard_times_tasks_slowest_first(staff, clock):
     echo = section.split('data-task="tests.echo"', 1)[1].split("</tr>", 1)[0]
     assert 'data-figure="failures">1<' in echo and ">4.00 ms<" in echo
     assert 'id="distsched-refresh"' in body
+
+
+def test_a_kwargs_search_counts_at_most_the_cap_and_one_more(staff, clock, monkeypatch):
+    from distsched_app.admin import run_search as admin_search
+
+    monkeypatch.setattr(admin_search, "COUNT_CAP", 3)
+    for _ in range(6):
+        enqueue(Job(task_name="tests.echo", kwargs={"account_id": 42}), now=clock.now())
+    response = staff.get(RUNS, {"kwargs__account_id": "42"})
+    assert response.context["cl"].result_count == 4
+    assert "Counted up to 3 runs." in response.content.decode()
+    plain = staff.get(RUNS, {"task_name": "tests.echo"})
+    assert plain.context["cl"].result_count == 6  # without a kwargs search: exact
