@@ -129,3 +129,23 @@ def test_as_a_real_process_errors_are_one_line_and_exit_codes_differ():
     for (argv, code, line), (returncode, stdout, stderr) in zip(cases, finish(procs, timeout=120), strict=True):
         assert (returncode, stdout) == (code, ""), (argv, stderr)
         assert stderr.count("\n") == 1 and stderr.startswith(line), (argv, stderr)
+
+
+def test_list_shows_the_last_hours_start_lag_and_throughput(cli, clock):
+    from datetime import timedelta
+
+    from distsched_app.models import Run
+
+    now = clock.now()
+    for lag in (2, 4):  # two runs started 2 s and 4 s late, finished within the hour
+        run = enqueue(Job(task_name="tests.noop", queue="reports"), now=now - timedelta(minutes=10)).run
+        started = run.scheduled_for + timedelta(seconds=lag)
+        Run.objects.filter(pk=run.pk).update(
+            state=RunState.SUCCEEDED, started_at=started, finished_at=started + timedelta(seconds=1)
+        )
+    [row] = json.loads(cli("queue", "list", "--json"))
+    assert row["start_lag"] == {"count": 2, "p50_seconds": 2.0, "p95_seconds": 4.0, "max_seconds": 4.0}
+    assert (row["finished_last_hour"], row["runs"]["pending"]) == (2, 0)
+    line = cli("queue", "list").splitlines()[1].split()
+    assert line[:6] == ["reports", "0", "0", "0", "0", "0"]
+    assert line[6:12] == ["-", "2.00", "s", "4.00", "s", "0.0"]
