@@ -350,7 +350,7 @@ def add_kwargs_index() -> None:
     )
     start = time.perf_counter()
     with connection.cursor() as cur:
-        cur.execute(f"CREATE INDEX distsched_run_kwargs_account ON distsched_app_run ({expression})")
+        cur.execute(f"CREATE INDEX kwargs_account_id_idx ON distsched_app_run ({expression})")
         cur.execute("ANALYZE distsched_app_run" if connection.vendor == "postgresql" else "ANALYZE")
     print(f"expression index on kwargs' account_id built in {time.perf_counter() - start:.1f} s")
 
