@@ -66,7 +66,7 @@ class KwargsSearchFilter(admin.ListFilter):
                 "since": ts(search.since) if search.since else None,
                 "until": ts(search.until) if search.until else None,
                 "defaulted": search.defaulted,
-                "window_days": run_search.DEFAULT_WINDOW.days,
+                "window": run_search.DEFAULT_WINDOW_TEXT,
                 "count_cap": f"{COUNT_CAP:,}",
                 "clear": changelist.get_query_string(remove=self.expected_parameters()),
             }

@@ -49,12 +49,12 @@ class IntegerFilter(django_filters.Filter):
 PRIORITY_HELP = "Only runs of this priority."
 BOUND_HELP = (
     "Only runs scheduled for {} this time (ISO 8601 with offset). With a `kwargs__<key>=<value>` search "
-    "and neither bound, the search covers the last {} days."
+    "and neither bound, the search covers the last {}."
 )
 
 
 def bound_filter(word: str) -> django_filters.CharFilter:
-    text = BOUND_HELP.format(word, run_search.DEFAULT_WINDOW.days)
+    text = BOUND_HELP.format(word, run_search.DEFAULT_WINDOW_TEXT)
     schema = {"type": "string", "format": "date-time", "description": text}
     return extend_schema_field(schema)(django_filters.CharFilter(method="bounded_below", help_text=text))
 

@@ -45,14 +45,14 @@ def test_nested_keys_and_several_terms():
 
 
 def test_the_default_window_and_explicit_bounds():
-    old = add(at=T0 - timedelta(days=8), account_id=1)
-    recent = add(at=T0 - timedelta(days=1), account_id=1)
+    old = add(at=T0 - timedelta(hours=25), account_id=1)
+    recent = add(at=T0 - timedelta(hours=23), account_id=1)
     search = run_search.parse({"kwargs__account_id": "1"}, now=T0)
     assert search.defaulted and search.since == T0 - run_search.DEFAULT_WINDOW
     assert found({"kwargs__account_id": "1"}) == [recent.pk]
     since = (T0 - timedelta(days=30)).isoformat()
     assert found({"kwargs__account_id": "1", "since": since}) == [old.pk, recent.pk]
-    until = (T0 - timedelta(days=2)).isoformat()
+    until = (T0 - timedelta(hours=24)).isoformat()
     assert found({"kwargs__account_id": "1", "since": since, "until": until}) == [old.pk]
     assert not run_search.parse({}, now=T0).defaulted  # no search: no bound
     assert found({"kwargs__account_id": "1", "since": until, "until": since}) == []  # an empty span: nothing

@@ -130,7 +130,7 @@ def test_the_run_list_searches_by_kwargs_within_the_default_window(staff, clock)
     response = staff.get(RUNS, {"kwargs__account_id": "42"})
     assert response.status_code == 200
     assert [r.pk for r in response.context["cl"].result_list] == [match.pk]
-    assert "the last 7 days" in response.content.decode()
+    assert "the last 24 hours" in response.content.decode()
     nothing = staff.get(RUNS, {"kwargs__account_id": "43"})
     assert list(nothing.context["cl"].result_list) == []
     wider = staff.get(RUNS, {"kwargs__account_id": "42", "since": "2026-01-01T00:00:00Z"})
