@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import JSONField, QuerySet
+from django.db.models import JSONField, Max, Min, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.utils.dateparse import parse_datetime
 
@@ -66,11 +66,25 @@ class KwargsSearch:
     def apply(self, qs: QuerySet) -> QuerySet:
         if self.terms:
             qs = qs.filter(**{f"{PREFIX}{path}": value for path, value in self.terms.items()})
-        if self.since is not None:
-            qs = qs.filter(scheduled_for__gte=self.since)
-        if self.until is not None:
-            qs = qs.filter(scheduled_for__lt=self.until)
-        return qs
+        if self.since is None and self.until is None:
+            return qs
+        window = qs.model._default_manager.using(qs.db).filter(**_bounds(self.since, self.until))
+        # The window's id range, read from the (scheduled_for, id) index alone: with it the newest-first
+        # walk of the primary key stops at the window's oldest run. Without it, a value with fewer
+        # matches than a page made PostgreSQL walk every run ever (measured: 1.1 s at a million).
+        ids = window.order_by().aggregate(low=Min("id"), high=Max("id"))
+        if ids["low"] is None:
+            return qs.none()
+        return qs.filter(pk__gte=ids["low"], pk__lte=ids["high"], **_bounds(self.since, self.until))
+
+
+def _bounds(since: datetime | None, until: datetime | None) -> dict[str, datetime]:
+    found = {}
+    if since is not None:
+        found["scheduled_for__gte"] = since
+    if until is not None:
+        found["scheduled_for__lt"] = until
+    return found
 
 
 def is_search_param(name: str) -> bool:
