@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import JSONField, Max, Min, QuerySet
+from django.db.models import F, JSONField, Max, Min, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.utils.dateparse import parse_datetime
 
@@ -72,7 +72,8 @@ class KwargsSearch:
         # The window's id range, read from the (scheduled_for, id) index alone: with it the newest-first
         # walk of the primary key stops at the window's oldest run. Without it, a value with fewer
         # matches than a page made PostgreSQL walk every run ever (measured: 1.1 s at a million).
-        ids = window.order_by().aggregate(low=Min("id"), high=Max("id"))
+        # "+ 0": a bare MIN(id) PostgreSQL rewrites into a walk of the primary key (measured: 0.44 s).
+        ids = window.order_by().aggregate(low=Min(F("id") + 0), high=Max(F("id") + 0))
         if ids["low"] is None:
             return qs.none()
         return qs.filter(pk__gte=ids["low"], pk__lte=ids["high"], **_bounds(self.since, self.until))
