@@ -29,7 +29,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from django.db.models import F, JSONField, Max, Min, QuerySet
@@ -155,4 +155,7 @@ def _moment(name: str, raw: str | None) -> datetime | None:
         moment = None
     if moment is None or moment.tzinfo is None:
         raise ValidationError(f"{name}: give an ISO 8601 time with its offset, e.g. 2026-03-02T09:00:00Z", field=name)
-    return moment
+    try:
+        return moment.astimezone(timezone.utc)  # stored in UTC: 0001-01-01T00:00+05:00 has no UTC date
+    except OverflowError:
+        raise ValidationError(f"{name}: the time is out of range in UTC", field=name) from None

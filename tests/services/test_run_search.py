@@ -77,6 +77,9 @@ def test_the_default_window_and_explicit_bounds():
         {"kwargs__a": '"\\u0000"'},
         {"kwargs__a": "1", "since": "yesterday"},
         {"kwargs__a": "1", "since": "2026-03-01T00:00:00"},  # no offset
+        {"kwargs__a": "1", "since": "0001-01-01T00:00:00+05:00"},  # no UTC date
+        {"since": "9999-12-31T23:59:59-05:00"},
+        {"until": "2026-13-01T00:00:00Z"},
     ],
 )
 def test_hostile_keys_and_values_are_refused(params):
