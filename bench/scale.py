@@ -7,7 +7,8 @@ Loading is done in the database itself (PostgreSQL: ``INSERT ... SELECT`` over
 ``generate_series``; SQLite: a recursive CTE), followed by ``ANALYZE``. The
 state mix is 90% succeeded, 3% dead, 3% pending, 2% retrying, 1% cancelled,
 1% running, over ``--schedules`` interval schedules (5% paused), with slots
-spread over the last 30 days and three events per run. Then each endpoint is
+spread over the last 30 days, three events per run and ``kwargs`` ``{"account_id": g mod 1000}``
+(so a kwargs search matches one run in 1,000). Then each endpoint is
 requested ``--requests`` times through ``django.test.Client`` logged in as a
 superuser (after 2 warm-up requests); an endpoint that does not exist yet is
 reported as ``n/a (404)``. Finally the hot queries are captured as the code
@@ -44,6 +45,19 @@ ENDPOINTS = [
     ("admin runs (unfiltered)", "/admin/distsched_app/run/", 500),
     ("GET /api/stats", "/api/stats", 200),
     ("GET /metrics", "/metrics", 200),
+    # The operators' pages (issue 20): the run list sorted by its time columns (o=-9: scheduled for,
+    # o=-10: started; the list_display positions), a kwargs search (the last 7 days by default),
+    # the queues page and API, the dashboard (with the last hour's task timing).
+    ("admin runs sorted by started (o=-10)", "/admin/distsched_app/run/?o=-10", 300),
+    ("admin runs sorted by scheduled for (o=-9)", "/admin/distsched_app/run/?o=-9", 300),
+    ("admin runs dead, sorted by started", "/admin/distsched_app/run/?state=dead&o=-10", 300),
+    ("admin runs ?kwargs__account_id=42", "/admin/distsched_app/run/?kwargs__account_id=42", 300),
+    ("GET /api/runs?kwargs__account_id=42", "/api/runs?kwargs__account_id=42", 50),
+    ("GET /api/runs?kwargs__account_id=42&state=dead", "/api/runs?kwargs__account_id=42&state=dead", 50),
+    ("GET /api/queues", "/api/queues", 50),
+    ("admin queues page", "/admin/distsched_app/queuepause/queues/", 300),
+    ("admin queue page (default)", "/admin/distsched_app/queuepause/queues/default/", 300),
+    ("admin dashboard", "/admin/distsched_app/run/dashboard/", 300),
 ]
 
 # Events per run: (second, third) event after ``created``, by final state.
@@ -68,10 +82,17 @@ def main() -> int:
         action="store_true",
         help="Load with the secondary indexes in place (slower) instead of rebuilding them after.",
     )
+    p.add_argument(
+        "--kwargs-index",
+        action="store_true",
+        help="Add the optional expression index on kwargs' account_id (docs/reference/rest.md) before measuring.",
+    )
     args = p.parse_args()
     with c.scratch_database(NAME, args):
         c.header(f"scale: {args.runs:,} runs, {3 * args.runs:,} events", args)
         load = load_data(args)
+        if args.kwargs_index:
+            add_kwargs_index()
         latency = measure_endpoints(args)
         plans = [] if args.no_explain else explain_hot_queries(args)
         c.write_results(NAME, args, {"load": load, "endpoints": latency, "explain": plans})
@@ -172,7 +193,8 @@ def _load_postgres(args, timings: dict[str, float]) -> None:
             INSERT INTO distsched_app_run (schedule_id, task_name, args, kwargs, state, scheduled_for,
                 available_at, attempts, max_attempts, lease_owner, lease_expires_at, started_at, finished_at,
                 last_error, result, queue, origin, idempotency_key, cancel_requested, created_at, updated_at)
-            SELECT %(sid0)s + mod(g, %(s)s), 'tests.noop', '[]', '{{}}', st, sf,
+            SELECT %(sid0)s + mod(g, %(s)s), 'tests.noop', '[]',
+                   ('{{"account_id": ' || mod(g, 1000) || '}}')::jsonb, st, sf,
                    CASE st WHEN 'retrying' THEN sf + interval '10 minutes' ELSE sf END,
                    CASE st WHEN 'dead' THEN 3 WHEN 'pending' THEN 0 WHEN 'cancelled' THEN 0 ELSE 1 END, 3,
                    CASE st WHEN 'running' THEN 'bench-worker' ELSE '' END,
@@ -277,7 +299,7 @@ def _load_sqlite(args, timings: dict[str, float]) -> None:
         INSERT INTO distsched_app_run (schedule_id, task_name, args, kwargs, state, scheduled_for,
             available_at, attempts, max_attempts, lease_owner, lease_expires_at, started_at, finished_at,
             last_error, result, queue, origin, idempotency_key, cancel_requested, created_at, updated_at)
-        SELECT :sid0 + g % :s, 'tests.noop', '[]', '{{}}', st, {ts("jf")},
+        SELECT :sid0 + g % :s, 'tests.noop', '[]', '{{"account_id": ' || (g % 1000) || '}}', st, {ts("jf")},
                {ts(f"CASE st WHEN 'retrying' THEN jf + 600 * {ms * 1000} ELSE jf END")},
                CASE st WHEN 'dead' THEN 3 WHEN 'pending' THEN 0 WHEN 'cancelled' THEN 0 ELSE 1 END, 3,
                CASE st WHEN 'running' THEN 'bench-worker' ELSE '' END,
@@ -317,6 +339,20 @@ def _load_sqlite(args, timings: dict[str, float]) -> None:
         raw.execute(definition)
     timings["indexes_s"] = time.perf_counter() - start
     raw.execute("PRAGMA synchronous = NORMAL")
+
+
+def add_kwargs_index() -> None:
+    """The expression index on one kwarg that docs/reference/rest.md suggests for a key searched often."""
+    from django.db import connection
+
+    expression = (
+        "(kwargs -> 'account_id')" if connection.vendor == "postgresql" else "json_extract(kwargs, '$.\"account_id\"')"
+    )
+    start = time.perf_counter()
+    with connection.cursor() as cur:
+        cur.execute(f"CREATE INDEX kwargs_account_id_idx ON distsched_app_run ({expression})")
+        cur.execute("ANALYZE distsched_app_run" if connection.vendor == "postgresql" else "ANALYZE")
+    print(f"expression index on kwargs' account_id built in {time.perf_counter() - start:.1f} s")
 
 
 # -- endpoint latency ----------------------------------------------------------
@@ -525,6 +561,12 @@ def explain_hot_queries(args) -> list[dict[str, str]]:
         ),
         ("admin run changelist (unfiltered) as served", lambda: _get(client, "/admin/distsched_app/run/")),
         ("GET /api/stats as served", lambda: _get(client, "/api/stats/")),
+        ("admin run changelist sorted by started as served", lambda: _get(client, "/admin/distsched_app/run/?o=-10")),
+        (
+            "GET /api/runs?kwargs__account_id=42 as served",
+            lambda: _get(client, "/api/runs/?kwargs__account_id=42"),
+        ),
+        ("GET /api/queues as served", lambda: _get(client, "/api/queues/")),
         ("GET /metrics as served", lambda: _get(client, "/metrics")),
     ]
     plans = []

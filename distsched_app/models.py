@@ -342,6 +342,9 @@ class Run(models.Model):
             # One index serves both lookups and prefix search of the key (admin);
             # on PostgreSQL a plain db_index would create two.
             models.Index(fields=["idempotency_key"], name="distsched_run_idem", opclasses=["varchar_pattern_ops"]),
+            # The run list sorted by a time column (admin), and the kwargs search's time bound on scheduled_for.
+            models.Index(fields=["scheduled_for", "id"], name="distsched_run_sched_for"),
+            models.Index(fields=["started_at", "id"], name="distsched_run_started"),
         ]
 
     def __str__(self) -> str:

@@ -1,5 +1,5 @@
-"""The admin dashboard: run counts by state, worker liveness, overdue schedules, saturated limits
-and a 24-hour chart.
+"""The admin dashboard: run counts by state, worker liveness, overdue schedules, saturated limits,
+a 24-hour chart and the last hour's per-task timing (``services.queue_stats.task_timings``).
 
 Served by ``RunAdmin.get_urls`` under ``/admin/distsched_app/run/dashboard/``
 (URL name ``admin:distsched_dashboard``), so it needs a staff login like any
@@ -19,9 +19,10 @@ from django.urls import reverse
 
 from ..conf import conf
 from ..models import RunState
-from ..services import limit_summary
+from ..services import limit_summary, queue_stats
 from ..services import stats as stats_service
 from .chart import build_chart
+from .display import duration
 from .support import request_now
 
 
@@ -38,6 +39,10 @@ def view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
         for state in RunState.values
     ]
     hours = stats_service.outcomes_per_hour(now=now)
+    timings = [
+        {"timing": t, "p50": duration(t.duration.p50), "p95": duration(t.duration.p95), "max": duration(t.duration.max)}
+        for t in queue_stats.task_timings(now=now)
+    ]
     context = {
         **model_admin.admin_site.each_context(request),
         "title": "Scheduler dashboard",
@@ -57,6 +62,10 @@ def view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
         "grace_seconds": conf.MISFIRE_GRACE_SECONDS,
         "stale_after_seconds": conf.STALE_AFTER_SECONDS,
         "chart": build_chart(hours),
+        "task_timings": timings,
+        "timing_minutes": int(queue_stats.WINDOW.total_seconds() // 60),
+        "queues_url": reverse("admin:distsched_queues"),
+        "mean_duration": duration(figures.mean_duration_seconds),
         "first_hour": hours[0].start,
     }
     request.current_app = model_admin.admin_site.name

@@ -14,6 +14,11 @@ from django.db.models import Model
 from django.urls import reverse
 from django.utils.html import format_html
 
+from ..durations import human_duration
+
+duration = human_duration
+"""A duration in the unit that fits its size (``850 µs``, ``12.3 ms``, ``4.21 s``, ``12 min 5 s``)."""
+
 
 def change_url(model: type[Model], pk: Any) -> str:
     return reverse(f"admin:distsched_app_{model._meta.model_name}_change", args=[pk])

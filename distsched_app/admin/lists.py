@@ -56,10 +56,16 @@ class LargeTablePaginator(Paginator):
     """
 
     estimate_above = 100_000
+    count_cap: int | None = None
+    """Set for a list whose filter no index narrows (a kwargs search): count at most this many
+    and one more (``COUNT(*)`` over a ``LIMIT``), so the count stops early instead of reading the
+    whole time window; the page then says cap + 1 results."""
 
     @cached_property
     def count(self) -> int:
         qs = self.object_list
+        if isinstance(qs, QuerySet) and self.count_cap is not None:
+            return qs[: self.count_cap + 1].count()
         if isinstance(qs, QuerySet) and not qs.query.where:
             estimate = self._estimate(qs)
             if estimate is not None and estimate >= self.estimate_above:

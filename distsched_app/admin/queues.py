@@ -22,6 +22,7 @@ from ..errors import DistschedError
 from ..models import AuditSource, QueueEvent, QueuePause
 from ..services import queues as queue_service
 from ..services.validation import validate_queue
+from . import queue_pages
 from .display import timestamp_field, ts
 from .mixins import DistschedMedia, ReadOnlyAdminMixin, StorableLookupsMixin
 from .support import apply_each, report_problems, request_now, selected_keys
@@ -148,7 +149,28 @@ class QueuePauseAdmin(DistschedMedia, StorableLookupsMixin, admin.ModelAdmin):
             self.admin_site.admin_view(self.resume_view),
             name="distsched_app_queuepause_resume",
         )
-        return [resume, *super().get_urls()]
+        view = self.admin_site.admin_view
+        pages = [
+            path("queues/", view(self.queues_view), name="distsched_queues"),
+            path("queues/<str:name>/pause/", view(self.queue_pause_view), name="distsched_queue_pause"),
+            path("queues/<str:name>/resume/", view(self.queue_resume_view), name="distsched_queue_resume"),
+            path("queues/<str:name>/", view(self.queue_view), name="distsched_queue"),
+        ]
+        return [*pages, resume, *super().get_urls()]
+
+    # -- the queues page (queue_pages): figures per queue, pause with a reason, resume
+
+    def queues_view(self, request):
+        return queue_pages.list_view(self, request)
+
+    def queue_view(self, request, name):
+        return queue_pages.detail_view(self, request, unquote(name))
+
+    def queue_pause_view(self, request, name):
+        return queue_pages.change_view(self, request, unquote(name), pause=True)
+
+    def queue_resume_view(self, request, name):
+        return queue_pages.change_view(self, request, unquote(name), pause=False)
 
     def resume_view(self, request, object_id):
         """The pause page's button (POST only): resume, then the list (the pause is gone)."""

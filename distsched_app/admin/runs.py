@@ -25,12 +25,13 @@ from ..services import capabilities as capability_service
 from ..services import enqueue as enqueue_service
 from ..services import explain as explain_service
 from ..services import queues as queue_service
-from ..services import replacement, workflows
+from ..services import replacement, run_search, workflows
 from ..services import runs as run_service
 from ..services.outcomes import retry_policy_of
 from . import bulk as bulk_admin
 from . import dashboard
 from .display import change_url, pretty_json, state_badge, timestamp_field, ts
+from .display import duration as human_duration
 from .events import RunEventInline
 from .limits import limit_url
 from .lists import (
@@ -44,6 +45,8 @@ from .lists import (
     parse_id,
 )
 from .mixins import DistschedMedia, ObjectActionsMixin, StorableLookupsMixin
+from .run_columns import RunColumnsMixin, with_error_head
+from .run_search import KwargsSearchFilter, paginator_for
 from .support import (
     apply_each,
     changed_by,
@@ -54,22 +57,34 @@ from .support import (
 
 
 @admin.register(Run)
-class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.ModelAdmin):
+class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, RunColumnsMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "task_name",
         "schedule_name",
         "state_badge",
         "attempts_of",
-        "scheduled",
-        "finished",
         "queue",
-        "priority",
         "origin",
+        "priority",
+        "scheduled_col",
+        "started_col",
+        "duration_col",
+        "lag_col",
+        "error_line",
     )
-    sortable_by = ("id",)  # the only order a million-row table can serve from an index, newest first
+    # Orders a million-row table serves from an index: id, scheduled for and started ((column, id) indexes).
+    sortable_by = ("id", "scheduled_col", "started_col")
     list_display_links = ("id",)
-    list_filter = (StateFilter, TaskFilter, QueueFilter, ScheduleFilter, OriginFilter, PriorityFilter)
+    list_filter = (
+        StateFilter,
+        TaskFilter,
+        QueueFilter,
+        ScheduleFilter,
+        OriginFilter,
+        PriorityFilter,
+        KwargsSearchFilter,
+    )
     list_select_related = ("schedule",)
     search_fields = ("idempotency_key",)  # see get_search_results
     search_help_text = (
@@ -129,8 +144,6 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
         ("Last error", {"fields": ("error_text",)}),
     )
     readonly_fields = tuple(str(f) for _, opts in fieldsets for f in opts["fields"])
-    scheduled = timestamp_field("scheduled_for", "scheduled for (UTC)")
-    finished = timestamp_field("finished_at", "finished (UTC)")
     scheduled_for_utc = timestamp_field("scheduled_for", "scheduled for", ms=True)
     available_at_utc = timestamp_field("available_at", "available at", ms=True)
     started_at_utc = timestamp_field("started_at", "started at", ms=True)
@@ -161,9 +174,17 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
 
         class RunChangeList(base):
             def get_queryset(self, request, exclude_parameters=None):
-                return super().get_queryset(request, exclude_parameters).defer(*heavy)
+                return with_error_head(super().get_queryset(request, exclude_parameters).defer(*heavy))
 
         return RunChangeList
+
+    def get_paginator(self, request, queryset, per_page, orphans=0, allow_empty_first_page=True):
+        paginator = super().get_paginator(request, queryset, per_page, orphans, allow_empty_first_page)
+        return paginator_for(request, paginator)  # a kwargs search counts at most 1,001 runs
+
+    def lookup_allowed(self, lookup, value, request=None):
+        # The kwargs search's parameters: KwargsSearchFilter validates and applies them.
+        return run_search.is_search_param(lookup) or super().lookup_allowed(lookup, value, request)
 
     def get_search_results(self, request, queryset, search_term):
         """``#17``: run 17; ``17``: run 17, or a key or an error containing it; other text: an
@@ -307,7 +328,7 @@ class RunAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.M
     @admin.display(description="duration")
     def duration(self, obj: Run) -> str:
         if obj.started_at and obj.finished_at:
-            return f"{(obj.finished_at - obj.started_at).total_seconds():.3f}s"
+            return human_duration(obj.finished_at - obj.started_at)
         return "-"
 
     @admin.display(description="args")

@@ -34,6 +34,7 @@ from ..services import schedules as schedule_service
 from .display import change_url, state_badge, timestamp_field, ts
 from .forms import ScheduleAdminForm
 from .mixins import DistschedMedia, ObjectActionsMixin, StorableLookupsMixin
+from .schedule_columns import ScheduleColumnsMixin, with_health
 from .support import (
     apply_each,
     changed_by,
@@ -51,9 +52,20 @@ class ServiceRejected(Exception):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, admin.ModelAdmin):
+class ScheduleAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, ScheduleColumnsMixin, admin.ModelAdmin):
     form = ScheduleAdminForm
-    list_display = ("name", "task_name", "kind", "recurrence", "next_run", "paused", "last_run", "queue")
+    list_display = (
+        "name",
+        "task_name",
+        "recurrence",
+        "status",
+        "next_run",
+        "last_run",
+        "last_success",
+        "last_failure",
+        "failing",
+        "queue",
+    )
     list_filter = ("paused", "kind", "queue", "task_name")  # the schedules table is small
     search_fields = ("name", "task_name")
     list_per_page = 100
@@ -101,7 +113,7 @@ class ScheduleAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, ad
 
     def get_queryset(self, request):
         latest = Run.objects.filter(schedule=OuterRef("pk")).order_by("-id")
-        return (
+        qs = (
             super()
             .get_queryset(request)
             .annotate(
@@ -109,6 +121,7 @@ class ScheduleAdmin(DistschedMedia, StorableLookupsMixin, ObjectActionsMixin, ad
                 last_run_state=Subquery(latest.values("state")[:1]),
             )
         )
+        return with_health(qs, request_now(request))
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)

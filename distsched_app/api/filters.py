@@ -12,7 +12,9 @@ import django_filters
 from django import forms
 from drf_spectacular.utils import extend_schema_field
 
+from ..clock import current_clock
 from ..models import MAX_PRIORITY, MIN_PRIORITY, Origin, Run, RunState, Schedule, ScheduleKind
+from ..services import run_search
 
 BOOLEAN_CHOICES = [("true", "true"), ("false", "false")]
 NO_NUL = "^[^\\u0000]*$"
@@ -45,6 +47,16 @@ class IntegerFilter(django_filters.Filter):
 
 
 PRIORITY_HELP = "Only runs of this priority."
+BOUND_HELP = (
+    "Only runs scheduled for {} this time (ISO 8601 with offset). With a `kwargs__<key>=<value>` search "
+    "and neither bound, the search covers the last {}."
+)
+
+
+def bound_filter(word: str) -> django_filters.CharFilter:
+    text = BOUND_HELP.format(word, run_search.DEFAULT_WINDOW_TEXT)
+    schema = {"type": "string", "format": "date-time", "description": text}
+    return extend_schema_field(schema)(django_filters.CharFilter(method="bounded_below", help_text=text))
 
 
 class RunFilter(django_filters.FilterSet):
@@ -58,11 +70,23 @@ class RunFilter(django_filters.FilterSet):
     priority = extend_schema_field(
         {"type": "integer", "minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY, "description": PRIORITY_HELP}
     )(IntegerFilter(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY, help_text=PRIORITY_HELP))
+    since = bound_filter("at or after")
+    until = bound_filter("before")
 
     class Meta:
         model = Run
         form = StrictFilterForm
-        fields = ["state", "schedule", "task_name", "queue", "origin", "priority"]
+        fields = ["state", "schedule", "task_name", "queue", "origin", "priority", "since", "until"]
+
+    def bounded_below(self, queryset, name, value):
+        return queryset  # since/until apply with the kwargs search, in filter_queryset
+
+    def filter_queryset(self, queryset):
+        """The declared filters, then the kwargs search (``kwargs__<key>=<json value>``) and the time
+        bounds (``services.run_search``: a bad key or value is a 400 naming the parameter)."""
+        queryset = super().filter_queryset(queryset)
+        params = {name: value for name, value in self.data.items() if run_search.is_search_param(name)}
+        return run_search.parse(params, now=current_clock().now()).apply(queryset)
 
 
 class ScheduleFilter(django_filters.FilterSet):

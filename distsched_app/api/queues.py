@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ..models import QueuePause
+from ..services import queue_stats
 from ..services import queues as queue_service
 from ..services.validation import QUEUE_RE
 from .errors import error_responses
@@ -36,8 +37,16 @@ QUEUE_PARAM = OpenApiParameter(
 class QueueRunsSerializer(serializers.Serializer):
     pending = serializers.IntegerField()
     retrying = serializers.IntegerField()
+    blocked = serializers.IntegerField()
     leased = serializers.IntegerField()
     running = serializers.IntegerField()
+
+
+class PercentilesSerializer(serializers.Serializer):
+    count = serializers.IntegerField(help_text="How many runs the percentiles are over.")
+    p50_seconds = serializers.FloatField(allow_null=True, source="p50")
+    p95_seconds = serializers.FloatField(allow_null=True, source="p95")
+    max_seconds = serializers.FloatField(allow_null=True, source="max")
 
 
 class QueueSerializer(serializers.Serializer):
@@ -45,6 +54,18 @@ class QueueSerializer(serializers.Serializer):
     paused = serializers.BooleanField()
     runs = QueueRunsSerializer(help_text="The queue's unfinished runs by state.")
     pause = QueuePauseSerializer(allow_null=True, help_text="Who paused it, when and why; null when not paused.")
+    oldest_waiting_at = serializers.DateTimeField(
+        allow_null=True, help_text="When its oldest due pending or retrying run became available; null: none waits."
+    )
+    oldest_waiting_seconds = serializers.FloatField(allow_null=True, help_text="How long that run has waited.")
+    start_lag = PercentilesSerializer(
+        help_text="Start minus scheduled time of the runs that finished (succeeded or dead) in the last hour: "
+        "exact nearest-rank percentiles over at most the newest 20,000."
+    )
+    finished_last_hour = serializers.IntegerField(help_text="Runs that finished in the last hour (any end).")
+    throughput_per_minute = serializers.FloatField(help_text="finished_last_hour / 60.")
+    workers = serializers.ListField(child=serializers.CharField(), help_text="Alive workers serving the queue.")
+    limits = serializers.ListField(child=serializers.CharField(), help_text="Declared limits that apply to its runs.")
 
 
 class QueueChangeSerializer(serializers.Serializer):
@@ -82,7 +103,9 @@ def _actor(request: Request) -> str:
 
 @extend_schema_view(
     list=extend_schema(
-        summary="List queues with unfinished runs or paused, by name: runs by state, pause (not paginated)",
+        summary="List queues (unfinished runs, paused, a run finished in the last hour, or a worker naming them), "
+        "by name: runs by state, oldest waiting, start lag p50/p95, throughput, workers, limits, pause "
+        "(not paginated)",
         responses={200: QueueSerializer(many=True), **error_responses()},
     ),
 )
@@ -105,9 +128,8 @@ class QueueViewSet(ApiView, viewsets.GenericViewSet):
         return QueuePauseRequestSerializer if self.action == "pause" else QueueSerializer
 
     def list(self, request: Request) -> Response:
-        found = queue_service.list_queues()
-        rows = [{"queue": q.queue, "paused": q.paused, "runs": q.runs, "pause": q.pause} for q in found]
-        return Response(QueueSerializer(rows, many=True).data)
+        found = queue_stats.queue_stats(now=self.now())
+        return Response(QueueSerializer(found, many=True).data)
 
     @extend_schema(
         operation_id="queues_pause",

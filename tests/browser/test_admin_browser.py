@@ -1,4 +1,6 @@
-"""The admin in a real browser: log in, pause a schedule, requeue a dead run, read the dashboard chart.
+"""The admin in a real browser: log in, pause a schedule, requeue a dead run, read the dashboard chart;
+then each operator page at 1440 and 1024 px: its tables fit (no horizontal scroll), its key values
+show, and a screenshot is saved under ``artifacts/screenshots/<page>-<width>.png``.
 
 Headless Debian Chromium driven by Playwright's sync API against pytest-django's
 live server. The data is made before Playwright starts. Playwright's sync API
@@ -33,6 +35,13 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOT = Path("/tmp/admin/dashboard.png")
+# The layout screenshots: a fixed path in the clone (git-ignored) that CI keeps as artefacts.
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+WIDTHS = (1440, 1024)
+COLUMN_WIDTHS = (
+    "[...document.querySelectorAll('#result_list thead th')]"
+    ".map(t => t.className + ':' + Math.round(t.getBoundingClientRect().width))"
+)
 PASSWORD = "browser-test-password"
 
 
@@ -129,3 +138,68 @@ def test_operator_flow_in_the_admin(live_server, superuser, history, page):
     assert chart.bounding_box()["width"] > 600
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+
+def log_in(page, base: str) -> None:
+    page.goto(f"{base}/admin/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
+
+
+def fits(page) -> tuple[int, int]:
+    """(the page's scroll width, the viewport width): equal when nothing scrolls sideways."""
+    return page.evaluate("[document.scrollingElement.scrollWidth, window.innerWidth]")
+
+
+def test_operator_pages_fit_and_show_their_figures(live_server, superuser, history, page, clock):
+    from distsched_app.services import queues, workers
+
+    def prepare():
+        queues.pause_queue("default", now=clock.now(), by="user:alice", reason="vendor outage")
+        workers.register_worker(worker_id="web-2", hostname="h", pid=2, queues=[], now=clock.now())
+        return Schedule.objects.get(name="flaky-sync").pk, history.pk
+
+    flaky, dead = db(prepare)
+    base = live_server.url
+    log_in(page, base)
+    pages = {
+        "dashboard": (reverse("admin:distsched_dashboard"), ["Slowest tasks", "tests.fail"]),
+        "queues": (reverse("admin:distsched_queues"), ["default", "vendor outage", "lag p95"]),
+        "schedules": (reverse("admin:distsched_app_schedule_changelist"), ["flaky-sync", "failures in a row"]),
+        "schedule-history": (reverse("admin:distsched_app_schedule_history", args=[flaky]), ["flaky-sync"]),
+        "runs": (reverse("admin:distsched_app_run_changelist"), ["start lag", "ValueError"]),
+        "run": (reverse("admin:distsched_app_run_change", args=[dead]), ["marked dead", "ValueError"]),
+    }
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        for name, (url, expected) in pages.items():
+            page.goto(base + url)
+            page.wait_for_selector("#content")
+            page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
+            scroll_width, inner = fits(page)
+            assert scroll_width <= inner, f"{name} at {width} px scrolls sideways ({scroll_width} > {inner})"
+            text = page.locator("#content").inner_text()
+            for value in expected:
+                assert value.lower() in text.lower(), f"{name} at {width} px does not show {value!r}"
+            if page.locator("#result_list").count():
+                box = page.locator("#result_list").bounding_box()
+                widths = page.evaluate(COLUMN_WIDTHS)  # said when it fails: which column is too wide
+                assert box["x"] + box["width"] <= width, f"{name}'s table is wider than {width} px: {widths}"
+
+
+def test_auto_refresh_is_off_by_default_and_remembered(live_server, superuser, history, page):
+    base = live_server.url
+    log_in(page, base)
+    runs = base + reverse("admin:distsched_app_run_changelist") + "?state=succeeded"
+    page.goto(runs)
+    toggle = page.locator("#distsched-refresh")
+    assert not toggle.is_checked()
+    toggle.check()
+    assert page.evaluate("localStorage.getItem('distsched-refresh:runs')") == "on"
+    page.wait_for_function("performance.getEntriesByType('navigation')[0] && document.readyState === 'complete'")
+    page.wait_for_event("load", timeout=20_000)  # reloaded by refresh.js after its 10 s
+    assert page.url == runs  # the filters are kept
+    assert page.locator("#distsched-refresh").is_checked()

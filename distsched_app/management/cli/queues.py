@@ -1,5 +1,7 @@
 """The ``queue`` verbs of ``manage.py distsched``: pause, resume, list, history.
 
+``queue list`` shows ``services.queue_stats``' figures (start lag and throughput over the last hour).
+
 Like every verb (``verbs``), each reads its options and ``now``, calls
 ``services.queues`` and returns ``(the --json document, the text for humans)``.
 The actor recorded is ``cli:<os user>``.
@@ -11,8 +13,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from ...durations import human_duration
 from ...models import ACTIVE_STATES, QueueEvent, QueuePause
-from ...services import queues
+from ...services import queue_stats, queues
 from .records import iso
 from .tables import table, when
 
@@ -66,24 +69,53 @@ def queue_resume(now: datetime, o: dict[str, Any]) -> Output:
     return _change_record(change, paused=False), text
 
 
+def queue_record(q: queue_stats.QueueStats) -> dict[str, Any]:
+    """One queue as ``--json`` gives it: the same keys as ``GET /api/queues``."""
+    lag = q.start_lag
+    return {
+        "queue": q.queue,
+        "paused": q.paused,
+        "runs": dict(q.runs),
+        "pause": pause_record(q.pause),
+        "oldest_waiting_at": iso(q.oldest_waiting_at),
+        "oldest_waiting_seconds": q.oldest_waiting_seconds,
+        "start_lag": {"count": lag.count, "p50_seconds": lag.p50, "p95_seconds": lag.p95, "max_seconds": lag.max},
+        "finished_last_hour": q.finished_last_hour,
+        "throughput_per_minute": q.throughput_per_minute,
+        "workers": list(q.workers),
+        "limits": list(q.limits),
+    }
+
+
 def queue_list(now: datetime, o: dict[str, Any]) -> Output:
-    found = queues.list_queues()
-    document = [
-        {"queue": q.queue, "paused": q.paused, "runs": dict(q.runs), "pause": pause_record(q.pause)} for q in found
-    ]
+    found = queue_stats.queue_stats(now=now)
     rows = [
         (
             q.queue,
             *(q.runs[state.value] for state in ACTIVE_STATES),
-            q.paused,
-            q.pause.paused_by if q.pause else None,
-            q.pause.paused_at if q.pause else None,
-            q.pause.reason if q.pause else None,
+            human_duration(q.oldest_waiting_seconds),
+            human_duration(q.start_lag.p50),
+            human_duration(q.start_lag.p95),
+            f"{q.throughput_per_minute:.1f}",
+            len(q.workers),
+            ",".join(q.limits),
+            _pause_text(q.pause) if q.pause else None,
         )
         for q in found
     ]
-    headers = ("QUEUE", *(s.value.upper() for s in ACTIVE_STATES), "PAUSED", "PAUSED BY", "PAUSED AT", "REASON")
-    return document, table(headers, rows) if found else "no queues with unfinished runs, none paused"
+    headers = (
+        "QUEUE",
+        *(s.value.upper() for s in ACTIVE_STATES),
+        "OLDEST WAIT",
+        "LAG P50",
+        "LAG P95",
+        "PER MIN",
+        "WORKERS",
+        "LIMITS",
+        "PAUSED",
+    )
+    text = table(headers, rows) if found else "no queues with unfinished runs, a pause, recent runs or a worker"
+    return [queue_record(q) for q in found], text
 
 
 def queue_history(now: datetime, o: dict[str, Any]) -> Output:

@@ -192,7 +192,11 @@ class Command(DistschedCommand):
         pause.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for whoever looks later.")
         resume = _leaf(verbs, "resume", "Let workers claim the queue's runs again.")
         resume.add_argument("name", type=storable_text, metavar="NAME")
-        _leaf(verbs, "list", "Queues with unfinished runs or paused: runs by state, who paused them, when, why.")
+        _leaf(
+            verbs,
+            "list",
+            "Queues: runs by state, oldest waiting, last hour's start lag and throughput, workers, pause.",
+        )
         history = _leaf(verbs, "history", "A queue's pauses and resumes, newest first.")
         history.add_argument("name", type=storable_text, metavar="NAME")
         history.add_argument(

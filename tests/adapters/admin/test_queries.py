@@ -40,6 +40,9 @@ def make_runs(scheduler, make_schedule, n: int, schedules: int = 5, enqueued: bo
             scheduler.trigger(names[i % schedules])
 
 
+SCHEDULES_URL = reverse("admin:distsched_app_schedule_changelist")
+
+
 @pytest.mark.parametrize("n", [5, 50])
 def test_run_changelist_query_count_does_not_grow_with_rows(
     staff, scheduler, make_schedule, n, django_assert_num_queries
@@ -116,7 +119,7 @@ def test_run_change_page_query_count(staff, scheduler, make_schedule, django_ass
 
 def test_dashboard_query_count_does_not_grow_with_runs(staff, scheduler, make_schedule, django_assert_num_queries):
     make_runs(scheduler, make_schedule, 30)
-    with django_assert_num_queries(SESSION + 10):
+    with django_assert_num_queries(SESSION + 11):  # + the last hour's finished runs (slowest tasks)
         assert staff.get(reverse("admin:distsched_dashboard")).status_code == 200
 
 
@@ -128,6 +131,30 @@ def test_paginator_uses_the_planner_estimate_for_a_big_unfiltered_table(schedule
     assert LargeTablePaginator(Run.objects.filter(state="pending"), 50).count == 3  # filtered: exact
     monkeypatch.setattr(LargeTablePaginator, "_estimate", staticmethod(lambda qs: 10))
     assert LargeTablePaginator(Run.objects.all(), 50).count == 3  # small: exact
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_queues_page_query_count_does_not_grow_with_queues(staff, clock, django_assert_num_queries, n):
+    from distsched_app.services.enqueue import Job, enqueue
+
+    for i in range(n):
+        enqueue(Job(task_name="tests.noop", queue=f"q{i}"), now=clock.now())
+    # depth, pauses, the last hour's runs and their count, oldest waiting, alive workers
+    with django_assert_num_queries(SESSION + 6):
+        assert staff.get(reverse("admin:distsched_queues")).status_code == 200
+
+
+@pytest.mark.parametrize("n", [3, 12])
+def test_schedule_changelist_query_count_does_not_grow_with_schedules(
+    staff, scheduler, make_schedule, django_assert_num_queries, n
+):
+    for i in range(n):
+        make_schedule(f"s{i}", interval_seconds=60)
+    scheduler.tick()
+    staff.get(SCHEDULES_URL)  # warm caches
+    # the count and the page (its health columns are subqueries of the one page query), the filter choices
+    with django_assert_num_queries(SESSION + 5):
+        assert staff.get(SCHEDULES_URL).status_code == 200
 
 
 def test_paginator_counts_exactly_on_sqlite_or_small_tables(scheduler, make_schedule):

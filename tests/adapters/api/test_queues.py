@@ -94,23 +94,24 @@ def test_list_shows_depth_by_state_and_who_paused_when_and_why(api, api_clock):
     queues.pause_queue("idle", now=api_clock.now(), by="user:alice")
     response = api.get("/api/queues")
     assert response.status_code == 200
-    assert response.json() == [
+    shown = [{k: row[k] for k in ("queue", "paused", "runs", "pause")} for row in response.json()]
+    assert shown == [
         {
             "queue": "default",
             "paused": False,
-            "runs": {"pending": 1, "retrying": 0, "leased": 0, "running": 0},
+            "runs": {"pending": 1, "retrying": 0, "blocked": 0, "leased": 0, "running": 0},
             "pause": None,
         },
         {
             "queue": "idle",
             "paused": True,
-            "runs": {"pending": 0, "retrying": 0, "leased": 0, "running": 0},
+            "runs": {"pending": 0, "retrying": 0, "blocked": 0, "leased": 0, "running": 0},
             "pause": {"paused_at": NOW, "paused_by": "user:alice", "reason": ""},
         },
         {
             "queue": "reports",
             "paused": True,
-            "runs": {"pending": 1, "retrying": 0, "leased": 0, "running": 1},
+            "runs": {"pending": 1, "retrying": 0, "blocked": 0, "leased": 0, "running": 1},
             "pause": {"paused_at": NOW, "paused_by": "cli:ops", "reason": "vendor outage"},
         },
     ]
@@ -120,7 +121,9 @@ def test_list_query_count_does_not_grow_with_queues(api, api_clock, django_asser
     for i in range(5):
         run_in(f"q{i}", api_clock)
         queues.pause_queue(f"q{i}", now=api_clock.now(), by="code:tests")
-    with django_assert_num_queries(5):  # token and user, user and group permissions, the counts, the pauses
+    # token and user, user and group permissions; the counts, the pauses, the last hour's runs and their
+    # count per queue, the oldest waiting runs, the alive workers
+    with django_assert_num_queries(9):
         assert len(api.get("/api/queues").json()) == 5
 
 

@@ -66,23 +66,34 @@ def test_list_table_and_json(cli, clock):
     queues.pause_queue("reports", now=clock.now(), by="user:alice", reason="vendor outage")
     lines = cli("queue", "list").splitlines()
     assert lines[0].split() == [
-        "QUEUE", "PENDING", "RETRYING", "BLOCKED", "LEASED", "RUNNING", "PAUSED", "PAUSED", "BY", "PAUSED", "AT",
-        "REASON",
+        "QUEUE", "PENDING", "RETRYING", "BLOCKED", "LEASED", "RUNNING", "OLDEST", "WAIT", "LAG", "P50", "LAG", "P95",
+        "PER", "MIN", "WORKERS", "LIMITS", "PAUSED",
     ]  # fmt: skip
-    assert lines[1].split() == ["default", "1", "0", "0", "0", "0", "no", "-", "-", "-"]
-    assert lines[2].split() == ["reports", "1", "0", "0", "0", "1", "yes", "user:alice", NOW, "vendor", "outage"]
+    # Enqueued at NOW and due at once: the oldest waited 0 µs; nothing finished in the last hour.
+    assert lines[1].split() == ["default", "1", "0", "0", "0", "0", "0", "µs", "-", "-", "0.0", "0", "-", "-"]
+    assert lines[2].split() == [
+        "reports", "1", "0", "0", "0", "1", "0", "µs", "-", "-", "0.0", "0", "-",
+        "by", "user:alice", "at", f"{NOW}:", "'vendor", "outage'",
+    ]  # fmt: skip
     document = json.loads(cli("queue", "list", "--json"))
     assert document[1] == {
         "queue": "reports",
         "paused": True,
         "runs": {"pending": 1, "retrying": 0, "blocked": 0, "leased": 0, "running": 1},
         "pause": {"paused_at": NOW, "paused_by": "user:alice", "reason": "vendor outage"},
+        "oldest_waiting_at": NOW,
+        "oldest_waiting_seconds": 0.0,
+        "start_lag": {"count": 0, "p50_seconds": None, "p95_seconds": None, "max_seconds": None},
+        "finished_last_hour": 0,
+        "throughput_per_minute": 0.0,
+        "workers": [],
+        "limits": [],
     }
     assert document[0]["pause"] is None and document[0]["runs"][RunState.PENDING] == 1
 
 
 def test_list_of_nothing(cli):
-    assert cli("queue", "list").strip() == "no queues with unfinished runs, none paused"
+    assert cli("queue", "list").strip() == "no queues with unfinished runs, a pause, recent runs or a worker"
     assert json.loads(cli("queue", "list", "--json")) == []
 
 
@@ -118,3 +129,23 @@ def test_as_a_real_process_errors_are_one_line_and_exit_codes_differ():
     for (argv, code, line), (returncode, stdout, stderr) in zip(cases, finish(procs, timeout=120), strict=True):
         assert (returncode, stdout) == (code, ""), (argv, stderr)
         assert stderr.count("\n") == 1 and stderr.startswith(line), (argv, stderr)
+
+
+def test_list_shows_the_last_hours_start_lag_and_throughput(cli, clock):
+    from datetime import timedelta
+
+    from distsched_app.models import Run
+
+    now = clock.now()
+    for lag in (2, 4):  # two runs started 2 s and 4 s late, finished within the hour
+        run = enqueue(Job(task_name="tests.noop", queue="reports"), now=now - timedelta(minutes=10)).run
+        started = run.scheduled_for + timedelta(seconds=lag)
+        Run.objects.filter(pk=run.pk).update(
+            state=RunState.SUCCEEDED, started_at=started, finished_at=started + timedelta(seconds=1)
+        )
+    [row] = json.loads(cli("queue", "list", "--json"))
+    assert row["start_lag"] == {"count": 2, "p50_seconds": 2.0, "p95_seconds": 4.0, "max_seconds": 4.0}
+    assert (row["finished_last_hour"], row["runs"]["pending"]) == (2, 0)
+    line = cli("queue", "list").splitlines()[1].split()
+    assert line[:6] == ["reports", "0", "0", "0", "0", "0"]
+    assert line[6:12] == ["-", "2.00", "s", "4.00", "s", "0.0"]
