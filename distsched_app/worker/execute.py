@@ -56,6 +56,7 @@ class Attempt:
     tb: str = ""
     result: Any = None
     entry: TaskEntry | None = None  # the registered task, once looked up
+    unknown: bool = False  # its task is not registered here: given back without using the attempt
 
     @property
     def run_id(self) -> int:

@@ -160,6 +160,11 @@ class Loop:
         """Call the task (never raises) and keep the pace."""
         w = self.worker
         run = attempt.run
+        if w.guard.resolve(run.task_name) is None and not w.held.cancel_requested(run.pk):
+            w.guard.note_unknown(run.task_name, run.pk)  # given back by the recorder, attempt unused
+            attempt.unknown, attempt.started_at = True, w.clock.now()
+            attempt.finished_at = attempt.started_at
+            return
         cancelled_before = w.held.start(attempt.run_id)
         context = RunContext(
             run_id=run.pk,
@@ -222,6 +227,7 @@ class Loop:
             include_expired=include_expired,
             start_all=start_all,
             capabilities=w.capabilities,
+            skip_tasks=w.guard.skipped(),
         )
 
     def _claim_or_back_off(self, limit: int, backoff: Backoff, *, start_all: bool) -> list[Run] | None:
@@ -230,6 +236,7 @@ class Loop:
         try:
             self.maybe_tick()
             self.maybe_sweep()
+            w.guard.maybe_warn_unserved()
             runs = self.claim(limit, start_all=start_all)
         except Exception as exc:  # noqa: BLE001 - logged and retried with backoff; never stops the worker
             delay = backoff.next_delay()
@@ -271,7 +278,7 @@ class Loop:
         delay = w.poll_interval
         now = w.clock.now()
         try:
-            due = claiming.next_due(queues=w.queues, capabilities=w.capabilities)
+            due = claiming.next_due(queues=w.queues, capabilities=w.capabilities, skip_tasks=w.guard.skipped())
         except Exception:  # noqa: BLE001 - then wait a full poll interval; the next claim reports the error
             reset_connection()
             due = claiming.NextDue(run=None, schedule=None)
