@@ -13,7 +13,8 @@ import inspect
 import threading
 import time
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -107,9 +108,38 @@ def class_path(exc: BaseException) -> str:
 _loops = threading.local()
 
 
+@contextmanager
+def async_in_calling_thread() -> Iterator[None]:
+    """Within the block, this thread awaits async tasks with asgiref's ``async_to_sync``: the ORM
+    calls an async task makes (``await Model.objects.acount()``, ``sync_to_async``) then run back
+    on this thread, with its database connection. The testing helpers use it: a test's open
+    transaction (``TestCase``) is on that connection, and another thread's connection would not
+    see its rows (PostgreSQL), or find the table locked (SQLite in memory)."""
+    previous = getattr(_loops, "in_caller", False)
+    _loops.in_caller = True
+    try:
+        yield
+    finally:
+        _loops.in_caller = previous
+
+
+def async_in_caller() -> bool:
+    """Whether this thread is inside ``async_in_calling_thread`` (or an async task it awaits)."""
+    return bool(getattr(_loops, "in_caller", False))
+
+
+async def _await(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    return await coroutine
+
+
 def run_coroutine(coroutine: Coroutine[Any, Any, Any]) -> Any:
     """Await an async task's coroutine on this thread's own event loop (one per worker thread,
-    kept between runs, so a loop is not built and torn down for every run)."""
+    kept between runs, so a loop is not built and torn down for every run), or, within
+    ``async_in_calling_thread``, through ``async_to_sync``."""
+    if async_in_caller():
+        from asgiref.sync import async_to_sync
+
+        return async_to_sync(_await)(coroutine)
     loop = getattr(_loops, "loop", None)
     if loop is None or loop.is_closed():
         loop = _loops.loop = asyncio.new_event_loop()

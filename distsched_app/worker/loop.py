@@ -28,7 +28,7 @@ from ..services import limits as limit_service
 from ..services import runs as run_service
 from ..services import tick as tick_service
 from . import frameworks, signals
-from .execute import Attempt, Execution, call_task, describe_exception
+from .execute import Attempt, Execution, async_in_caller, call_task, describe_exception
 from .slots import task_slots
 
 if TYPE_CHECKING:
@@ -75,6 +75,8 @@ class Loop:
         # Woken by a notification: the next claim goes straight for the waiting runs (one
         # statement on PostgreSQL); lease recovery follows when due (``claim``).
         self.woken = False
+        # Async tasks awaited with async_to_sync on the calling thread (``testing.drain``).
+        self._in_caller = False
 
     # -- entry points -------------------------------------------------------------
 
@@ -159,6 +161,7 @@ class Loop:
     def call(self, attempt: Attempt) -> None:
         """Call the task (never raises) and keep the pace."""
         w = self.worker
+        self._in_caller = async_in_caller()
         run = attempt.run
         if w.guard.resolve(run.task_name) is None and not w.held.cancel_requested(run.pk):
             w.guard.note_unknown(run.task_name, run.pk)  # given back by the recorder, attempt unused
@@ -325,6 +328,8 @@ class Loop:
             asyncio.get_running_loop()
         except RuntimeError:
             return run_service.cancel_requested(run_id)
+        if self._in_caller:  # testing.drain: one thread, one connection; the flag read at claim stands
+            return False
         with self._pace_lock:
             if self._probe_pool is None:
                 self._probe_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="distsched-probe")

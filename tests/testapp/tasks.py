@@ -196,3 +196,11 @@ def ft_child_span(context) -> None:
 
     with trace.get_tracer("tests").start_as_current_span("inside the task"):
         pass
+
+
+@framework_task(takes_context=True)
+async def ft_async_orm(context, note: str = "") -> dict:
+    """An async task that uses the ORM (``await ...acount()``) and distsched's context extras."""
+    from distsched_app.models import Run
+
+    return {"runs": await Run.objects.acount(), "note": note, "fencing_token": context.fencing_token}
