@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .. import tracing
+from .. import framework, tracing
 from ..clock import Clock
 from ..context import RunContext
 from ..errors import RunCancelled
@@ -58,6 +58,9 @@ class Attempt:
     result: Any = None
     entry: TaskEntry | None = None  # the registered task, once looked up
     unknown: bool = False  # its task is not registered here: given back without using the attempt
+    # What the task raised: re-raised around django.tasks' task_finished, whose receivers log
+    # the failure with its traceback (``logger.exception``), as inside the handler.
+    exception: BaseException | None = None
 
     @property
     def run_id(self) -> int:
@@ -188,11 +191,17 @@ def call_task(
                 result = entry.func(*args, **kwargs)
                 if inspect.iscoroutine(result):
                     result = run_coroutine(result)
+                if entry.framework_task is not None:
+                    # As Django's reference backends: a return value that is not JSON fails the task
+                    # (TypeError); tuples become lists. distsched's own tasks store a repr instead.
+                    result = framework.normalize_json(result)
                 attempt.result = result
             except RunCancelled as exc:
                 attempt.failed, attempt.cancelled, attempt.error = True, True, describe_exception(exc)
+                attempt.exception = exc
             except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from task code fail the run
                 attempt.failed, attempt.error, attempt.tb = True, describe_exception(exc), format_traceback(exc)
+                attempt.exception = exc
                 attempt.error_class = class_path(exc)
                 span.fail(exc, error_class=attempt.error_class, error=attempt.error, tb=attempt.tb)
         span.set(

@@ -204,3 +204,16 @@ async def ft_async_orm(context, note: str = "") -> dict:
     from distsched_app.models import Run
 
     return {"runs": await Run.objects.acount(), "note": note, "fencing_token": context.fencing_token}
+
+
+@framework_task(takes_context=True)
+def ft_own_status(context) -> dict:
+    """Reads its own result from the database while it executes."""
+    own = ft_own_status.get_result(context.task_result.id)
+    return {"status": own.status.name, "started": own.started_at is not None}
+
+
+@framework_task
+def ft_returns(kind: str):
+    """Returns a value of the given kind: "tuple" (JSON as a list) or "set" (not JSON)."""
+    return (1, 2) if kind == "tuple" else {1, 2}
