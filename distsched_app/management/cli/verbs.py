@@ -14,7 +14,7 @@ from typing import Any
 
 from ...errors import DuplicateName, ScheduleNotFound, ValidationError
 from ...models import Run, RunState, Schedule, schedule_name_of
-from ...services import enqueue, explain, maintenance, queries, runs, schedules, stats, workers
+from ...services import enqueue, explain, maintenance, migration_status, queries, runs, schedules, stats, workers
 from . import limits as limit_verbs
 from . import queues as queue_verbs
 from . import records, schedule_changes
@@ -364,6 +364,11 @@ def _pruned(r: maintenance.PruneResult, *, interrupted: bool) -> Output:
     )
 
 
+def migrate_status(now: datetime, o: dict[str, Any]) -> Output:
+    status = migration_status.old_queue_status(o["source"])
+    return status.as_dict(), migration_status.describe(status)
+
+
 VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     "schedule create": schedule_create,
     "schedule list": schedule_list,
@@ -382,4 +387,5 @@ VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     **limit_verbs.VERBS,
     "stats": show_stats,
     "prune": prune,
+    "migrate-status": migrate_status,
 }

@@ -7,6 +7,7 @@
     distsched limit list|show|set|reset
     distsched stats
     distsched prune --older-than 30d [--audit-older-than 400d]
+    distsched migrate-status --from django-tasks-db
 
 Every verb reads the clock once, calls the service layer and prints either a
 table for humans or, with ``--json``, one JSON document and nothing else on
@@ -47,7 +48,7 @@ class Command(DistschedCommand):
     def add_command_arguments(self, parser: Any) -> None:
         # The base class made ``parser`` a OneLineParser; subparsers copy its class.
         groups = parser.add_subparsers(
-            dest="group", metavar="{schedule,run,worker,queue,limit,stats,prune}", required=True
+            dest="group", metavar="{schedule,run,worker,queue,limit,stats,prune,migrate-status}", required=True
         )
 
         schedule = groups.add_parser(
@@ -218,6 +219,12 @@ class Command(DistschedCommand):
         reset.add_argument("--reason", type=storable_text, metavar="TEXT", help="Why, for whoever looks later.")
 
         _leaf(groups, "stats", "Run, schedule and worker figures.")
+        migrate_status = _leaf(
+            groups, "migrate-status", "What the task queue you migrate from still has to run (is it drained?)."
+        )
+        migrate_status.add_argument(
+            "--from", dest="source", required=True, choices=["django-tasks-db"], help="The old task queue."
+        )
         prune = _leaf(groups, "prune", "Delete finished runs, their events and old workers.")
         prune.add_argument(
             "--older-than",
@@ -243,7 +250,8 @@ class Command(DistschedCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         now = current_clock().now()  # read once; every service below gets this instant
-        key = options["group"] if options["group"] in ("stats", "prune") else f"{options['group']} {options['verb']}"
+        leaves = ("stats", "prune", "migrate-status")
+        key = options["group"] if options["group"] in leaves else f"{options['group']} {options['verb']}"
         # Long verbs draw their progress here when it is a terminal; never with --json.
         options["progress_stream"] = None if options["json"] else self.stderr
         interrupted = False
