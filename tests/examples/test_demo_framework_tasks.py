@@ -70,3 +70,17 @@ def test_convert_amount_enqueued_directly(clock):
     drain()
     result.refresh()
     assert result.return_value == 150
+
+
+def test_every_task_the_readme_names_is_one_the_demo_has():
+    import re
+    from pathlib import Path
+
+    from distsched_app.registry import registry
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    named = set(re.findall(r"--task ([\w.:-]+)", readme)) | set(re.findall(r"\btask=([\w.:-]+)", readme))
+    named |= set(re.findall(r"\b(demo\.[a-z_]+|examples\.demo\.tasks\.[a-z_]+)\b", readme))
+    assert named, "the README names no task: this test would check nothing"
+    demo = {name for name in registry.names() if name.startswith(("demo.", "examples.demo."))}
+    assert named <= demo, f"the README names tasks the demo lacks: {sorted(named - demo)}"
