@@ -217,3 +217,17 @@ def ft_own_status(context) -> dict:
 def ft_returns(kind: str):
     """Returns a value of the given kind: "tuple" (JSON as a list) or "set" (not JSON)."""
     return (1, 2) if kind == "tuple" else {1, 2}
+
+
+# -- a task only "the new code" has: real worker processes started with DISTSCHED_TEST_NEW_CODE=1 ------
+# (tests/concurrency/test_rolling_deploy.py; the old workers, without it, do not have this task)
+
+if os.environ.get("DISTSCHED_TEST_NEW_CODE"):
+
+    @task("tests.new_code")
+    def new_code(context: RunContext) -> None:
+        from .models import Execution
+
+        Execution.objects.create(
+            run_id=context.run_id, attempt=context.attempt, worker_id=context.worker_id, pid=os.getpid()
+        )
