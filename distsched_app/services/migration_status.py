@@ -1,14 +1,17 @@
 """Is the old queue empty? What a migration from another task queue still has to drain.
 
 ``distsched migrate-status --from django-tasks-db`` reads django-tasks-db's table
-(``django_tasks_database_dbtaskresult``) directly, with plain SQL: it works whether
-or not the package is still installed, as long as its table exists, and says so
-when it does not. Read-only; one query.
+(``django_tasks_database_dbtaskresult``: tasks READY or RUNNING), ``--from django-q2``
+django-q2's ORM broker (``django_q_ormq``: queued tasks, and those a cluster holds,
+``lock`` set), directly, with plain SQL: it works whether or not the package is
+still installed, as long as its table exists, and says so when it does not (a
+django-q2 cluster on Redis or another broker has no table to read). Read-only; one query.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from importlib.util import find_spec
 
 from django.db import connection
@@ -23,6 +26,7 @@ class Source:
     table: str
     statuses: tuple[str, ...]  # what is still to run (the old workers' business)
     worker: str  # the old worker command, for the message
+    sql: str  # rows (status, count) of what is left; {table} is the quoted table, each %s the time now
 
 
 SOURCES = {
@@ -32,6 +36,18 @@ SOURCES = {
         table="django_tasks_database_dbtaskresult",
         statuses=("READY", "RUNNING"),
         worker="db_worker",
+        sql="SELECT status, COUNT(*) FROM {table} WHERE status IN ('READY', 'RUNNING') GROUP BY status",
+    ),
+    "django-q2": Source(
+        name="django-q2",
+        package="django_q",
+        table="django_q_ormq",
+        statuses=("queued", "locked"),
+        worker="qcluster",
+        # The ORM broker deletes a task's row once a cluster acknowledged it; a cluster that took one
+        # moved its "lock" into the future (its timeout): locked until then, queued again after.
+        sql="SELECT CASE WHEN lock > %s THEN 'locked' ELSE 'queued' END, COUNT(*) FROM {table} "
+        "GROUP BY CASE WHEN lock > %s THEN 'locked' ELSE 'queued' END",
     ),
 }
 
@@ -59,7 +75,7 @@ class QueueStatus:
         }
 
 
-def old_queue_status(source: str) -> QueueStatus:
+def old_queue_status(source: str, *, now: datetime) -> QueueStatus:
     """What ``source``'s table still holds to run; a ``ValidationError`` for an unknown source."""
     spec = SOURCES.get(source)
     if spec is None:
@@ -67,13 +83,9 @@ def old_queue_status(source: str) -> QueueStatus:
     installed = find_spec(spec.package) is not None
     if spec.table not in connection.introspection.table_names():
         return QueueStatus(source=source, table=spec.table, table_exists=False, package_installed=installed)
-    q = connection.ops.quote_name
-    placeholders = ", ".join(["%s"] * len(spec.statuses))
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT status, COUNT(*) FROM {q(spec.table)} WHERE status IN ({placeholders}) GROUP BY status",  # noqa: S608 - a fixed table name
-            list(spec.statuses),
-        )
+        moment = connection.ops.adapt_datetimefield_value(now)
+        cursor.execute(spec.sql.format(table=connection.ops.quote_name(spec.table)), [moment] * spec.sql.count("%s"))
         counts = dict(cursor.fetchall())
     left = {status: int(counts.get(status, 0)) for status in spec.statuses}
     return QueueStatus(source=source, table=spec.table, table_exists=True, package_installed=installed, left=left)

@@ -365,7 +365,7 @@ def _pruned(r: maintenance.PruneResult, *, interrupted: bool) -> Output:
 
 
 def migrate_status(now: datetime, o: dict[str, Any]) -> Output:
-    status = migration_status.old_queue_status(o["source"])
+    status = migration_status.old_queue_status(o["source"], now=now)
     return status.as_dict(), migration_status.describe(status)
 
 

@@ -7,7 +7,7 @@
     distsched limit list|show|set|reset
     distsched stats
     distsched prune --older-than 30d [--audit-older-than 400d]
-    distsched migrate-status --from django-tasks-db
+    distsched migrate-status --from django-tasks-db|django-q2
 
 Every verb reads the clock once, calls the service layer and prints either a
 table for humans or, with ``--json``, one JSON document and nothing else on
@@ -223,7 +223,7 @@ class Command(DistschedCommand):
             groups, "migrate-status", "What the task queue you migrate from still has to run (is it drained?)."
         )
         migrate_status.add_argument(
-            "--from", dest="source", required=True, choices=["django-tasks-db"], help="The old task queue."
+            "--from", dest="source", required=True, choices=["django-tasks-db", "django-q2"], help="The old task queue."
         )
         prune = _leaf(groups, "prune", "Delete finished runs, their events and old workers.")
         prune.add_argument(
