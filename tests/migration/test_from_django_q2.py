@@ -114,6 +114,7 @@ def test_the_guide_names_the_steps_this_test_follows():
     assert '| `async_task("app.tasks.send", 42)` | `send.enqueue(42)` (with `@task` on `send`) |' in text
 
 
+@pytest.mark.slow  # real processes: the old queue's worker and distsched's
 def test_migrating_from_django_q2_as_the_guide_says(project):
     # Before: django-q2 with its ORM broker, three tasks queued.
     project("old", "migrate", "--noinput")
