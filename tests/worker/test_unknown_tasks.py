@@ -213,3 +213,22 @@ def test_the_worker_warns_about_unserved_queues_at_most_every_few_minutes(schedu
     assert lines == [
         "runs wait in queues that no live worker serves: io (1) (start a worker with --queues NAME, or '*')"
     ]
+
+
+def test_a_slow_count_is_kept_for_a_while(scheduler, clock, monkeypatch):
+    from django.core.cache import cache
+
+    from distsched_app.services import stats
+
+    enqueue(clock)
+    scheduler.worker(worker_id="old", heartbeat_seconds=3600).register()
+    monkeypatch.setattr(stats, "UNKNOWN_TASK_SLOW_SECONDS", -1.0)  # every count is "slow"
+    cache.delete(stats.UNKNOWN_TASK_CACHE_KEY)
+    try:
+        assert read_snapshot(clock.now()).runs_with_unknown_task == 1
+        enqueue(clock)
+        assert read_snapshot(clock.now()).runs_with_unknown_task == 1  # the cached figure
+        cache.delete(stats.UNKNOWN_TASK_CACHE_KEY)
+        assert read_snapshot(clock.now()).runs_with_unknown_task == 2
+    finally:
+        cache.delete(stats.UNKNOWN_TASK_CACHE_KEY)
