@@ -33,7 +33,7 @@ run: install
 	@echo "  Ctrl-C stops the server and the worker."
 	@echo ""
 	@trap 'kill -TERM $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT; \
-	$(PY) manage.py runworker --with-tick & worker=$$!; \
+	$(PY) manage.py runworker --with-tick --queues '*' & worker=$$!; \
 	$(PY) manage.py runserver --noreload $(HOST):$(PORT)
 
 ## The whole suite (the database comes from DATABASE_URL; SQLite by default).

@@ -22,20 +22,33 @@ naming anything else fails its attempt, and nothing is ever imported by name.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 
-from . import task_results
 from .backoff import RetryPolicy
 from .clock import current_clock
 from .errors import DistschedError, ValidationError
 from .framework import BaseTaskBackend, InvalidTask, TaskResultDoesNotExist, task_enqueued
-from .models import Run
 from .registry import registry
-from .services import enqueue as enqueue_service
-from .services.runs import get_run
-from .services.validation import QUEUE_RE, framework_payload, validate_task_queue
+from .task_import import import_framework_task
+
+if TYPE_CHECKING:
+    from .models import Run
+
+# Nothing here imports distsched's models at import time (they are imported where used): the
+# backend must load, and its check() say what is wrong, when distsched_app is not installed.
+NOT_INSTALLED = (
+    "TASKS names distsched_app.backends.DistschedBackend, but 'distsched_app' is not in INSTALLED_APPS: "
+    "add it (its models hold the runs), then run migrate"
+)
+
+
+def _installed() -> bool:
+    return not apps.apps_ready or apps.is_installed("distsched_app")
+
 
 OPTION_NAMES = {
     "MAX_ATTEMPTS": "max_attempts",
@@ -54,12 +67,17 @@ class DistschedBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self._policy_error: str | None = None
+        self.policy: RetryPolicy | None = None
+        if not _installed():
+            return  # check() reports it; enqueue refuses
         try:
-            self.policy: RetryPolicy | None = self._policy()
+            self.policy = self._policy()
         except DistschedError as exc:
             self.policy, self._policy_error = None, str(exc)  # reported by check(); enqueue refuses
 
     def _policy(self) -> RetryPolicy:
+        from .services import enqueue as enqueue_service
+
         unknown = set(self.options) - set(OPTION_NAMES)
         if unknown:
             raise DistschedError(f"unknown OPTIONS: {', '.join(sorted(unknown))} (known: {', '.join(OPTION_NAMES)})")
@@ -67,6 +85,10 @@ class DistschedBackend(BaseTaskBackend):
 
     def validate_task(self, task: Any) -> None:
         super().validate_task(task)
+        if not _installed():
+            return  # a @task still imports; check() and enqueue say what is wrong
+        from .services.validation import QUEUE_RE
+
         if not QUEUE_RE.fullmatch(task.queue_name):
             raise InvalidTask(f"Queue '{task.queue_name}' is not a valid distsched queue name.")
         entry = registry.find(task.module_path)
@@ -77,6 +99,12 @@ class DistschedBackend(BaseTaskBackend):
         return self._enqueue(task, args, kwargs, unique_key="")
 
     def _enqueue(self, task: Any, args: Any, kwargs: Any, *, unique_key: str) -> Any:
+        if not _installed():
+            raise ImproperlyConfigured(NOT_INSTALLED)
+        from . import task_results
+        from .services import enqueue as enqueue_service
+        from .services.validation import framework_payload, validate_task_queue
+
         self.validate_task(task)
         if self.policy is None:
             raise InvalidTask(f"TASKS[{self.alias!r}] is misconfigured: {self._policy_error}")
@@ -90,6 +118,7 @@ class DistschedBackend(BaseTaskBackend):
             task_name=task.module_path, args=framework_payload(args, field="args"),
             kwargs=framework_payload(kwargs, field="kwargs"),
             queue=d.queue, priority=d.priority, run_after=task.run_after, unique_key=unique_key,
+            backend=self.alias,
         )  # fmt: skip
         enqueued = enqueue_service.enqueue(job, now=current_clock().now(), policy=d.policy)
         if not enqueued.created:  # this task's unfinished run holding the key, shown as get_result shows it
@@ -103,13 +132,22 @@ class DistschedBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> Any:
+        if not _installed():
+            raise ImproperlyConfigured(NOT_INSTALLED)
+        from . import task_results
+
         run = _run(result_id)
-        entry = registry.find(run.task_name)
+        # A task declared outside a tasks module may not be imported in this process yet.
+        entry = import_framework_task(run.task_name, registry)
         if entry is None or entry.framework_task is None:  # not a framework task's run
             raise TaskResultDoesNotExist(result_id)
         return task_results.result_of(run, task_results.task_of(entry, run, backend=self.alias))
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        if not _installed():
+            return [checks.Error(NOT_INSTALLED, id="distsched.E012")]
+        from .services.validation import QUEUE_RE
+
         problems: list[checks.CheckMessage] = []
         if self._policy_error:
             problems.append(
@@ -125,6 +163,8 @@ class DistschedBackend(BaseTaskBackend):
 
 
 def _run(result_id: Any) -> Run:
+    from .services.runs import get_run
+
     text = str(result_id)
     if not (text.isascii() and text.isdigit() and len(text) <= 19):
         raise TaskResultDoesNotExist(result_id)

@@ -219,6 +219,13 @@ def families(s: Snapshot) -> Iterator[Metric]:
         "has all of: nothing can claim them until such a worker starts.",
         value=s.runs_without_capable_worker,
     )
+    yield GaugeMetricFamily(
+        "distsched_runs_with_unknown_task",
+        "Waiting runs whose task no live worker serving their queue has registered (a rolling deploy's new "
+        "task before a new worker is up, or a task removed from the code); 0 while a live worker has not "
+        "published its tasks. A count that took over 0.1 s is reused for 30 s.",
+        value=s.runs_with_unknown_task,
+    )
 
 
 LIMIT_GAUGES: list[tuple[str, str, Callable[[LimitStatus], float | None]]] = [

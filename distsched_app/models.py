@@ -274,6 +274,9 @@ class Run(models.Model):
         "distsched_app.Workflow", on_delete=models.PROTECT, related_name="runs", db_index=False, null=True,
         blank=True, editable=False,
     )  # fmt: skip
+    # The alias of the task-framework backend (``TASKS``) that enqueued it; None for a run that no
+    # framework backend wrote (schedules, ``run enqueue``, the API). Nullable for the same reason.
+    backend = models.CharField(max_length=100, null=True, blank=True, editable=False)  # noqa: DJ001
 
     objects = RunQuerySet.as_manager()
 
@@ -426,6 +429,9 @@ class Worker(models.Model):
     )
     clock_skew_seconds = models.FloatField(null=True, blank=True)
     runs_executed = models.PositiveBigIntegerField(default=0)
+    # The task names it has registered (published at start): explain and metrics tell a run no live
+    # worker can execute (a rolling deploy's new task). None: a worker that did not publish them.
+    tasks = StorableJSONField(null=True, blank=True, default=None)
 
     objects = WorkerQuerySet.as_manager()
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from .context import RunContext
 from .framework import InvalidTask, TaskContext, TaskError, TaskResult, TaskResultStatus, task_finished, task_started
-from .models import Run, RunState
+from .models import Origin, Run, RunState
 from .registry import TaskEntry
 from .services.runs import AttemptHistory, attempt_history
 from .text import UndecodableJSON
@@ -71,7 +71,12 @@ def task_of(entry: TaskEntry, run: Run, *, backend: str | None = None) -> Any:
     signals and has a result, rather than failing every attempt on its own description.
     """
     task = entry.framework_task
-    wanted = {"priority": run.priority, "queue_name": run.queue, "backend": backend or task.backend}
+    wanted = {
+        "priority": run.priority,
+        "queue_name": run.queue,
+        "backend": backend or task.backend,
+        "run_after": run_after_of(run),
+    }
     for changes in (wanted, {**wanted, "queue_name": task.queue_name}):
         if all(getattr(task, name) == value for name, value in changes.items()):
             return task
@@ -80,6 +85,14 @@ def task_of(entry: TaskEntry, run: Run, *, backend: str | None = None) -> Any:
         except InvalidTask:
             continue
     return task
+
+
+def run_after_of(run: Run) -> datetime | None:
+    """The ``run_after`` a run was enqueued with: its slot, when that is not the moment it was
+    written (an enqueue without ``run_after`` is due at once). Retries move ``available_at`` only."""
+    if run.origin != Origin.ENQUEUED or run.scheduled_for is None or run.scheduled_for == run.created_at:
+        return None
+    return run.scheduled_for
 
 
 def _errors(history: AttemptHistory) -> list[Any]:

@@ -1,4 +1,4 @@
-"""URL configuration: the admin, and distsched's API and metrics."""
+"""URL configuration: the admin, distsched's API and metrics, and the demo's view."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -6,4 +6,5 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("distsched_app.urls")),
+    path("demo/", include("examples.demo.urls")),
 ]

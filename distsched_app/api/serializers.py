@@ -281,7 +281,7 @@ class WaitingReasonSerializer(serializers.Serializer):
         "replaces (overlap=replace: the run it waits for), upstream (a workflow node waiting for upstream nodes), "
         "blocked (anything else), rate (a limit's rate moved "
         "its start), not_due (a later slot or a retry's backoff), no_worker (claimable, but no live worker "
-        "serves its queue).",
+        "serves its queue), unknown_task (no live worker serving its queue has its task registered).",
     )
     message = serializers.CharField(help_text="The reason in words, as the CLI and the admin show it.")
     limit = serializers.CharField(required=False, help_text="concurrency, total, paused_limit, rate: the limit.")
@@ -309,7 +309,10 @@ class WaitingReasonSerializer(serializers.Serializer):
     next_start = serializers.DateTimeField(
         required=False, help_text="rate: when the rate next admits it (ISO 8601, UTC)."
     )
-    queue = serializers.CharField(required=False, help_text="queue_paused, capabilities, no_worker: the run's queue.")
+    queue = serializers.CharField(
+        required=False, help_text="queue_paused, capabilities, no_worker, unknown_task: the run's queue."
+    )
+    task = serializers.CharField(required=False, help_text="unknown_task: the task no live worker has registered.")
     by = serializers.CharField(required=False, allow_blank=True, help_text="queue_paused, paused_limit: who paused it.")
     reason = serializers.CharField(
         required=False, allow_blank=True, help_text="queue_paused, paused_limit: why, as they said."

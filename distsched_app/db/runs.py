@@ -54,6 +54,7 @@ class NewRun:
     args_json: str = "[]"  # args and kwargs as stored (validated and encoded once, by the caller)
     kwargs_json: str = "{}"
     trace_context: dict[str, str] | None = None  # the enqueuer's trace (``tracing.carrier()``)
+    backend: str | None = None  # the TASKS alias of the framework backend that enqueued it
 
 
 def _q(name: str) -> str:
@@ -91,7 +92,7 @@ def _event_sql(source: str) -> str:
 _ENQUEUE_COLUMNS = (
     "id, task_name, args, kwargs, state, scheduled_for, available_at, attempts, max_attempts, lease_owner, "
     "last_error, queue, origin, idempotency_key, cancel_requested, created_at, updated_at, priority, "
-    "retry_policy, unique_key, trace_context"
+    "retry_policy, unique_key, trace_context, backend"
 )
 
 
@@ -106,14 +107,14 @@ def _enqueue_sql(vendor: str, unique: bool, wake: bool) -> tuple[str, str]:
         return (
             f"WITH s AS (SELECT nextval(pg_get_serial_sequence(%s, 'id')) AS id), "  # noqa: S608
             f"r AS (INSERT INTO {runs} ({_ENQUEUE_COLUMNS}) SELECT s.id, %s, %s::jsonb, %s::jsonb, %s, %s, %s, 0, "
-            f"%s, '', '', %s, %s, %s || s.id, false, %s, %s, %s, %s::jsonb, %s, %s::jsonb FROM s{conflict} "
+            f"%s, '', '', %s, %s, %s || s.id, false, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s FROM s{conflict} "
             "RETURNING id, queue), "
             f"e AS ({_event_sql('r')}) SELECT id{notify_sql} FROM r",
             "",
         )
     return (
         f"INSERT INTO {runs} ({_ENQUEUE_COLUMNS}) SELECT n.id, %s, %s, %s, %s, %s, %s, 0, %s, '', '', %s, %s, "  # noqa: S608
-        f"%s || n.id, 0, %s, %s, %s, %s, %s, %s FROM ({_next_id_sql()}) AS n WHERE true{conflict} RETURNING id",
+        f"%s || n.id, 0, %s, %s, %s, %s, %s, %s, %s FROM ({_next_id_sql()}) AS n WHERE true{conflict} RETURNING id",
         f"INSERT INTO {events} (run_id, event_type, message, worker_id, attempt, created_at) "  # noqa: S608
         "VALUES (%s, %s, %s, '', 0, %s)",
     )
@@ -130,7 +131,7 @@ def insert_enqueued(new: NewRun, *, now: datetime, message: str) -> int | None:
         params = [
             Run._meta.db_table, new.task_name, new.args_json, new.kwargs_json, RunState.PENDING.value, slot, slot,
             new.max_attempts, new.queue, Origin.ENQUEUED.value, key, at, at, new.priority, _json(new.retry_policy),
-            new.unique_key, _json(new.trace_context), message, at,
+            new.unique_key, _json(new.trace_context), new.backend, message, at,
         ]  # fmt: skip
         rows = execute(run_sql, params)
         return rows[0][0] if rows else None
@@ -140,7 +141,7 @@ def insert_enqueued(new: NewRun, *, now: datetime, message: str) -> int | None:
         params = [
             new.task_name, new.args_json, new.kwargs_json, RunState.PENDING.value, slot, slot, new.max_attempts,
             new.queue, Origin.ENQUEUED.value, key, at, at, new.priority, _json(new.retry_policy), new.unique_key,
-            _json(new.trace_context),
+            _json(new.trace_context), new.backend,
         ]  # fmt: skip
         with connection.cursor() as cursor:
             cursor.execute(run_sql, params)

@@ -67,6 +67,7 @@ def claim_runs(
     include_expired: bool = True,
     start_all: bool = False,
     capabilities: Sequence[str] = (),
+    skip_tasks: Sequence[str] = (),
 ) -> list[Run]:
     """Claim up to ``limit`` runs: expired leases first, then due runs by time (a span
     ``distsched.claim`` when it claimed any, with OpenTelemetry).
@@ -81,9 +82,10 @@ def claim_runs(
     query (a worker checks it periodically, not on every claim).
     ``start_all`` marks every claimed run ``running`` (a worker with that many
     free threads starts them all at once). ``capabilities`` are the worker's: runs of a
-    task that requires others are left alone (``services.capabilities``).
+    task that requires others are left alone (``services.capabilities``), and so are runs of
+    ``skip_tasks`` (tasks the worker has not registered: ``worker.guard``).
     """
-    excluded = capability_service.excluded_tasks(capabilities)
+    excluded = sorted({*capability_service.excluded_tasks(capabilities), *skip_tasks})
     limited = limit_rules.may_apply(queues)  # admission is the ORM path's: the statement does not admit
     if not include_expired and not limited:  # waiting runs only: one statement where the database allows it
         claimed = claims.claim_waiting(
@@ -122,6 +124,7 @@ def claim_runs(
                 elif not abandoned and run.task_name in excluded:
                     held = True
                     lacking = ", ".join(capability_service.missing_capabilities(run.task_name, capabilities))
+                    lacking = lacking or f"task {run.task_name}"  # a skip_tasks name: not registered here
                     message += f"; this worker lacks {lacking}: back to pending for a worker that has it"
                 new_events.append(
                     events.NewEvent(
@@ -293,14 +296,16 @@ class NextDue:
     schedule: datetime | None  # earliest next_run_at of an active schedule
 
 
-def next_due(*, queues: Sequence[str] | None, capabilities: Sequence[str] = ()) -> NextDue:
+def next_due(
+    *, queues: Sequence[str] | None, capabilities: Sequence[str] = (), skip_tasks: Sequence[str] = ()
+) -> NextDue:
     """When the next claimable run, and the next schedule slot, come due on these
     queues: lets an idle worker sleep until then instead of a full poll. A paused
     queue's runs are left out: a worker would wake for a run it may not claim
     (a resume wakes it by notification, or its next poll). So are runs of tasks whose required
     capabilities the worker lacks."""
     queues = list(queues) if queues else None
-    excluded = capability_service.excluded_tasks(capabilities)
+    excluded = sorted({*capability_service.excluded_tasks(capabilities), *skip_tasks})
     runs = Run.objects.claimable(datetime.max.replace(tzinfo=timezone.utc), queues, excluded).order_by()
     schedules = Schedule.objects.filter(paused=False, next_run_at__isnull=False)
     if queues:

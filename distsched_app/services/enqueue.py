@@ -108,6 +108,7 @@ class Job:
     priority: int | None = None  # None: the task's declared priority, else 0
     run_after: datetime | None = None
     unique_key: str = ""
+    backend: str | None = None  # the TASKS alias of the framework backend enqueuing it (kept on the run)
 
 
 def _validated(
@@ -147,6 +148,7 @@ def _validated(
         priority=bounded_int(job.priority, field="priority", low=MIN_PRIORITY, high=MAX_PRIORITY),
         retry_policy=policy.as_json(),
         unique_key=job.unique_key,
+        backend=job.backend,
     )
 
 
@@ -159,7 +161,7 @@ def _run(run_id: int, new: db_runs.NewRun, *, now: datetime) -> Run:
         max_attempts=new.max_attempts, queue=new.queue, origin=Origin.ENQUEUED,
         idempotency_key=f"{Origin.ENQUEUED.value}:{run_id}", created_at=now, updated_at=now,
         priority=new.priority, retry_policy=new.retry_policy, unique_key=new.unique_key,
-        trace_context=new.trace_context,
+        trace_context=new.trace_context, backend=new.backend,
     )  # fmt: skip
     run._state.adding = False
     run._state.db = "default"

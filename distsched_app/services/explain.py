@@ -8,7 +8,8 @@
                       "holders": [12], "since": "2026-03-02T09:00:00Z"}],
      "next_possible_start": None}
 
-``claimable``: pending or retrying, due, not in a paused queue, and no capability its task
+``claimable``: pending or retrying, due, not in a paused queue, its task registered on a live worker
+(when workers publish their tasks), and no capability its task
 requires missing from every live worker (what a claim takes). ``waiting_for`` lists each reason
 (a ``kind`` and a ``message``, plus the kind's fields; ``KINDS``); a finished run has none, a
 leased or running one says so (``running``). ``next_possible_start`` is the earliest moment it
@@ -39,11 +40,10 @@ from ..models import (
     Run,
     RunEvent,
     RunState,
-    Worker,
 )
 from . import capabilities as capability_service
 from . import limit_rules as rules
-from . import limits, replacement, workflow_ops, workflows
+from . import limits, replacement, unknown_tasks, workflow_ops, workflows
 from . import queues as queue_service
 
 KINDS = (
@@ -60,6 +60,7 @@ KINDS = (
     "rate",  # limit, partition, rate, next_start
     "not_due",  # at, retry
     "no_worker",  # queue: claimable, but no live worker serves its queue
+    "unknown_task",  # task, queue: no live worker serving its queue has its task registered
 )
 MAX_HOLDERS = 20  # holder ids listed per reason (in_use counts them all)
 
@@ -116,14 +117,28 @@ def explain(
                     "queue": run.queue,
                 }
             )
+        # One query, for unknown_task and no_worker, of a waiting run (a blocked one says what blocks it).
+        live = unknown_tasks.live_workers(now) if run.state in WAITING_STATES else []
+        unknown = unknown_tasks.unknown_task(run.task_name, run.queue, live=live)
+        if unknown:
+            reasons.append(
+                {
+                    "kind": "unknown_task",
+                    "message": f"no live worker serving queue {run.queue} has task {run.task_name} registered: "
+                    "a worker that claims it gives it back without using an attempt; it runs once a worker "
+                    "with the task's code starts",
+                    "task": run.task_name,
+                    "queue": run.queue,
+                }
+            )
         if run.state == RunState.BLOCKED:
             reasons += _blocked(run, now)
         elif run.state in WAITING_STATES:
             due = run.available_at <= now
             if not due:
                 reasons.append(_throttled(run, now) or _not_due(run))
-            claimable = due and pause is None and not needs
-            if claimable and not _served(run.queue, now):
+            claimable = due and pause is None and not needs and not unknown
+            if claimable and not any(unknown_tasks.serves(queues, run.queue) for queues, _ in live):
                 reasons.append(
                     {
                         "kind": "no_worker",
@@ -131,7 +146,7 @@ def explain(
                         "queue": run.queue,
                     }
                 )
-            open_ended = pause is not None or bool(needs) or any(r["kind"] == "no_worker" for r in reasons)
+            open_ended = pause is not None or bool(needs) or unknown or any(r["kind"] == "no_worker" for r in reasons)
             if not open_ended:
                 next_start = max(run.available_at, now)
     return {
@@ -211,11 +226,6 @@ def _throttled(run: Run, now: datetime) -> dict[str, Any] | None:
         "rate": str(numbers.rate),
         "next_start": at,
     }
-
-
-def _served(queue: str, now: datetime) -> bool:
-    """Whether a live worker serves ``queue`` (a worker without queues serves them all): one query."""
-    return any(not queues or queue in queues for queues in Worker.objects.alive(now).values_list("queues", flat=True))
 
 
 # -- blocked ---------------------------------------------------------------------------------------

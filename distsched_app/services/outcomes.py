@@ -302,6 +302,28 @@ def mark_running(*, run_id: int, worker_id: str, attempt: int, started_at: datet
     return bool(updated)
 
 
+def mark_many_running(*, worker_id: str, held: dict[int, int], now: datetime) -> set[int]:
+    """Show prefetched (``leased``) runs as running from ``now``, in one transaction (fenced): a
+    worker starting a batch of framework tasks, whose results must read RUNNING while they execute.
+    Returns the ids marked. Their outcome later writes each one's exact ``started_at``."""
+    if not held:
+        return set()
+    with transaction.atomic():
+        rows = _held_ids(worker_id, held, lock=True, extra=("state",))
+        ids = [run_id for run_id, (state,) in rows.items() if state == RunState.LEASED]
+        if ids:
+            Run.objects.filter(pk__in=ids, lease_owner=worker_id, state=RunState.LEASED).update(
+                state=RunState.RUNNING, started_at=now, updated_at=now
+            )
+            events.record_many(
+                events.NewEvent(
+                    run_id=run_id, event_type=EventType.STARTED, now=now, worker_id=worker_id, attempt=held[run_id]
+                )
+                for run_id in ids
+            )
+    return set(ids)
+
+
 def release_runs(*, worker_id: str, held: dict[int, int], now: datetime) -> int:
     """Give back prefetched runs that were never started (worker stopping).
 

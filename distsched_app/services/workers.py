@@ -26,6 +26,7 @@ def register_worker(
     queues: Sequence[str],
     now: datetime,
     capabilities: Sequence[str] = (),
+    tasks: Sequence[str] | None = None,
 ) -> Worker:
     """Upsert the worker row at start (a restarted worker reuses its id)."""
     with transaction.atomic():
@@ -36,6 +37,7 @@ def register_worker(
                 "pid": pid,
                 "queues": list(queues),
                 "capabilities": list(capabilities),
+                "tasks": None if tasks is None else sorted(tasks),
                 "started_at": now,
                 "heartbeat_at": now,
                 "status": WorkerStatus.ACTIVE,
@@ -45,6 +47,11 @@ def register_worker(
             },
         )
     return worker
+
+
+def publish_tasks(*, worker_id: str, tasks: Sequence[str]) -> None:
+    """The task names a worker has registered now (it imported a framework task's module on demand)."""
+    Worker.objects.filter(worker_id=worker_id).update(tasks=sorted(tasks))
 
 
 def heartbeat(

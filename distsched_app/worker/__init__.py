@@ -31,6 +31,7 @@ from ..services.capabilities import excluded_tasks, validate_capabilities
 from ..services.validation import bounded_float, bounded_int, validate_queue, validate_worker_id
 from ..text import storable
 from .execute import Execution, describe_exception, format_traceback
+from .guard import Guard
 from .heartbeat import Heartbeat
 from .held import Held
 from .loop import Loop, Pace
@@ -48,6 +49,18 @@ def default_worker_id() -> str:
     # A hostname may hold anything and be up to 253 characters: keep the id storable and short.
     host = storable(socket.gethostname()).replace(" ", "_")[:150] or "host"
     return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+ALL_QUEUES = "*"
+
+
+def _queues(queues: Sequence[str] | None) -> list[str]:
+    """The queues a worker serves: ``["default"]`` unless given; ``[]`` (every queue) for ``"*"``."""
+    if not queues:
+        return ["default"]
+    if ALL_QUEUES in queues:
+        return []
+    return [validate_queue(q, field="queues") for q in queues]
 
 
 def _option(value: float | None, setting: str, field: str) -> float:
@@ -79,7 +92,8 @@ class Worker:
     ) -> None:
         # Checked here, with typed errors: a bad option must fail the start, not the loop.
         self.worker_id = validate_worker_id(worker_id) if worker_id else default_worker_id()
-        self.queues = [validate_queue(q, field="queues") for q in queues] if queues else ["default"]
+        # "*" serves every queue: no queue filter at all in the claim (stored as [] on the worker row).
+        self.queues = _queues(queues)
         # What it offers: runs of a task in TASK_REQUIRES are claimed only with all its capabilities.
         self.capabilities = validate_capabilities(capabilities or ())
         excluded_tasks(self.capabilities)  # a malformed TASK_REQUIRES fails the start, not every claim
@@ -100,6 +114,7 @@ class Worker:
         self.heartbeat_thread = Heartbeat(self)
         self.loop = Loop(self)
         self.wakeup = Wakeup(self)
+        self.guard = Guard(self)
 
     # -- state ----------------------------------------------------------------------
 
@@ -150,13 +165,14 @@ class Worker:
             queues=self.queues,
             capabilities=self.capabilities,
             now=self.clock.now(),
+            tasks=self.registry.names(),
         )
         self.registered = True
         self.log(
             logging.INFO,
             "worker started",
             database=workers.database_label(),
-            queues=",".join(self.queues),
+            queues=",".join(self.queues) or ALL_QUEUES,
             capabilities=",".join(self.capabilities) or "-",
             not_taking=",".join(excluded_tasks(self.capabilities)) or None,
             lease=self.lease_seconds,

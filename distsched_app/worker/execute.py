@@ -13,12 +13,13 @@ import inspect
 import threading
 import time
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .. import tracing
+from .. import framework, tracing
 from ..clock import Clock
 from ..context import RunContext
 from ..errors import RunCancelled
@@ -57,6 +58,10 @@ class Attempt:
     tb: str = ""
     result: Any = None
     entry: TaskEntry | None = None  # the registered task, once looked up
+    unknown: bool = False  # its task is not registered here: given back without using the attempt
+    # What the task raised: re-raised around django.tasks' task_finished, whose receivers log
+    # the failure with its traceback (``logger.exception``), as inside the handler.
+    exception: BaseException | None = None
 
     @property
     def run_id(self) -> int:
@@ -107,9 +112,38 @@ def class_path(exc: BaseException) -> str:
 _loops = threading.local()
 
 
+@contextmanager
+def async_in_calling_thread() -> Iterator[None]:
+    """Within the block, this thread awaits async tasks with asgiref's ``async_to_sync``: the ORM
+    calls an async task makes (``await Model.objects.acount()``, ``sync_to_async``) then run back
+    on this thread, with its database connection. The testing helpers use it: a test's open
+    transaction (``TestCase``) is on that connection, and another thread's connection would not
+    see its rows (PostgreSQL), or find the table locked (SQLite in memory)."""
+    previous = getattr(_loops, "in_caller", False)
+    _loops.in_caller = True
+    try:
+        yield
+    finally:
+        _loops.in_caller = previous
+
+
+def async_in_caller() -> bool:
+    """Whether this thread is inside ``async_in_calling_thread`` (or an async task it awaits)."""
+    return bool(getattr(_loops, "in_caller", False))
+
+
+async def _await(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    return await coroutine
+
+
 def run_coroutine(coroutine: Coroutine[Any, Any, Any]) -> Any:
     """Await an async task's coroutine on this thread's own event loop (one per worker thread,
-    kept between runs, so a loop is not built and torn down for every run)."""
+    kept between runs, so a loop is not built and torn down for every run), or, within
+    ``async_in_calling_thread``, through ``async_to_sync``."""
+    if async_in_caller():
+        from asgiref.sync import async_to_sync
+
+        return async_to_sync(_await)(coroutine)
     loop = getattr(_loops, "loop", None)
     if loop is None or loop.is_closed():
         loop = _loops.loop = asyncio.new_event_loop()
@@ -158,11 +192,17 @@ def call_task(
                 result = entry.func(*args, **kwargs)
                 if inspect.iscoroutine(result):
                     result = run_coroutine(result)
+                if entry.framework_task is not None:
+                    # As Django's reference backends: a return value that is not JSON fails the task
+                    # (TypeError); tuples become lists. distsched's own tasks store a repr instead.
+                    result = framework.normalize_json(result)
                 attempt.result = result
             except RunCancelled as exc:
                 attempt.failed, attempt.cancelled, attempt.error = True, True, describe_exception(exc)
+                attempt.exception = exc
             except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from task code fail the run
                 attempt.failed, attempt.error, attempt.tb = True, describe_exception(exc), format_traceback(exc)
+                attempt.exception = exc
                 attempt.error_class = class_path(exc)
                 # Raised by the task (not by looking it up): its retry_on/give_up_on apply.
                 attempt.error_type = type(exc) if attempt.entry is not None else None

@@ -31,7 +31,7 @@ from ..services import runs as run_service
 from ..services import tick as tick_service
 from ..services.leader_chores import Leadership
 from . import frameworks, signals
-from .execute import Attempt, Execution, call_task, describe_exception
+from .execute import Attempt, Execution, async_in_caller, call_task, describe_exception
 from .slots import task_slots
 from .upstream import upstream_loader
 
@@ -88,6 +88,8 @@ class Loop:
         # ``--with-tick`` serving until stopped: campaigns, and ticks only while it leads. A burst
         # or ``run_once`` ticks unelected, like a one-off ``manage.py tick``.
         self.leadership: Leadership | None = None
+        # Async tasks awaited with async_to_sync on the calling thread (``testing.drain``).
+        self._in_caller = False
 
     # -- entry points -------------------------------------------------------------
 
@@ -176,7 +178,13 @@ class Loop:
     def call(self, attempt: Attempt) -> None:
         """Call the task (never raises) and keep the pace."""
         w = self.worker
+        self._in_caller = async_in_caller()
         run = attempt.run
+        if w.guard.resolve(run.task_name) is None and not w.held.cancel_requested(run.pk):
+            w.guard.note_unknown(run.task_name, run.pk)  # given back by the recorder, attempt unused
+            attempt.unknown, attempt.started_at = True, w.clock.now()
+            attempt.finished_at = attempt.started_at
+            return
         cancelled_before = w.held.start(attempt.run_id)
         context = RunContext(
             run_id=run.pk,
@@ -240,6 +248,7 @@ class Loop:
             include_expired=include_expired,
             start_all=start_all,
             capabilities=w.capabilities,
+            skip_tasks=w.guard.skipped(),
         )
 
     def _claim_or_back_off(self, limit: int, backoff: Backoff, *, start_all: bool) -> list[Run] | None:
@@ -249,6 +258,7 @@ class Loop:
             self.maybe_tick()
             self.maybe_sweep()
             self.maybe_bulk()
+            w.guard.maybe_warn_unserved()
             runs = self.claim(limit, start_all=start_all)
         except Exception as exc:  # noqa: BLE001 - logged and retried with backoff; never stops the worker
             delay = backoff.next_delay()
@@ -321,7 +331,7 @@ class Loop:
             delay = min(delay, max(0.001, self.leadership.elector.wait_seconds()))
         now = w.clock.now()
         try:
-            due = claiming.next_due(queues=w.queues, capabilities=w.capabilities)
+            due = claiming.next_due(queues=w.queues, capabilities=w.capabilities, skip_tasks=w.guard.skipped())
         except Exception:  # noqa: BLE001 - then wait a full poll interval; the next claim reports the error
             reset_connection()
             due = claiming.NextDue(run=None, schedule=None)
@@ -368,6 +378,8 @@ class Loop:
             asyncio.get_running_loop()
         except RuntimeError:
             return run_service.cancel_requested(run_id)
+        if self._in_caller:  # testing.drain: one thread, one connection; the flag read at claim stands
+            return False
         with self._pace_lock:
             if self._probe_pool is None:
                 self._probe_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="distsched-probe")

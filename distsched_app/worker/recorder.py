@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..db.retry import Backoff, is_transient, retry_transient
 from ..models import RunState
-from ..services import outcomes
+from ..services import outcomes, unknown_tasks
 from . import frameworks
 from .execute import Attempt, Execution, describe_exception
 
@@ -52,6 +52,8 @@ class Recorder:
     def finish(self, attempt: Attempt, *, flush: bool) -> Execution:
         """Record a failure at once; buffer a success (written by ``flush``)."""
         w = self.worker
+        if attempt.unknown:
+            return self._release_unknown(attempt)
         if attempt.failed:
             with self.lock:
                 try:
@@ -95,6 +97,35 @@ class Recorder:
             lost = self.flush()
             state = None if lost is None or attempt.run_id in lost else state
         return Execution(run_id=attempt.run_id, attempt=attempt.number, state=state, duration=attempt.duration)
+
+    def _release_unknown(self, attempt: Attempt) -> Execution:
+        """Give back a run whose task is not registered here, its attempt unused (``worker.guard``)."""
+        w = self.worker
+        run = attempt.run
+        with self.lock:
+            try:
+                released = self.call(
+                    unknown_tasks.release_unknown,
+                    runs={attempt.run_id: attempt.number},
+                    outcome="released",
+                    worker_id=w.worker_id,
+                    run_id=attempt.run_id,
+                    attempt=attempt.number,
+                    task_name=run.task_name,
+                )
+            except NotRecorded:
+                released = False  # still leased to us: lease expiry hands it to another worker
+            w.held.release(attempt.run_id)
+        w.log(
+            logging.INFO,
+            "run released: task not registered here",
+            run_id=run.pk,
+            task=run.task_name,
+            attempt=attempt.number,
+            state=RunState.PENDING.value if released else "lease_lost",
+        )
+        state = RunState.PENDING.value if released else None
+        return Execution(run_id=attempt.run_id, attempt=attempt.number, state=state, duration=0.0)
 
     def flush_due(self) -> bool:
         with self._buffer_lock:

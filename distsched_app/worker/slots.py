@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from django.db import close_old_connections
 
+from . import frameworks
 from .execute import Attempt
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ class InlineSlots:
 
     def start(self, attempts: list[Attempt]) -> None:
         w = self.loop.worker
+        frameworks.mark_batch_started(w, attempts)  # framework results read RUNNING while they execute
         for index, attempt in enumerate(attempts):
             if index > 0 and w.stopping:
                 w.recorder.release_unstarted(attempts[index:])

@@ -72,3 +72,32 @@ def long_report(steps: int, context: RunContext, step_seconds: float = 0.5) -> d
 def heartbeat(context: RunContext) -> dict:
     """A no-op that says where it ran: useful to watch runs succeed."""
     return {"worker": context.worker_id, "attempt": context.attempt}
+
+
+# -- django.tasks: the same habits through Django's task framework (backend: distsched) -----------
+
+try:
+    from django.tasks import task as framework_task  # Django 6
+except ImportError:
+    from django_tasks import task as framework_task  # Django 5.2: the backport
+
+
+@framework_task(queue_name="emails", takes_context=True)
+def email_receipt(context, invoice_id: int) -> dict:
+    """Enqueued from the admin (Invoices: "Email a receipt") or the demo's view
+    (``POST /demo/invoices/<id>/receipt``). A real mail provider would take
+    ``context.idempotency_key`` (distsched's extra on the framework's context) as
+    its delivery key, so a re-executed run does not send twice."""
+    invoice = Invoice.objects.get(pk=invoice_id)
+    return {
+        "invoice": invoice.pk,
+        "to_account": invoice.account_id,
+        "delivery_key": context.idempotency_key,
+        "attempt": context.attempt,
+    }
+
+
+@framework_task
+async def convert_amount(amount_cents: int, rate: float = 0.92) -> int:
+    """An async task: awaited on the worker's event loop. Returns JSON (an int)."""
+    return round(amount_cents * rate)

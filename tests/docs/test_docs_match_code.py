@@ -121,6 +121,8 @@ def test_metric_names_in_docs_are_served(client, settings):
                     "distsched_wakeup",  # the NOTIFY channel
                     "distsched_listen",  # the listener's application_name
                     "distsched_docs",  # docs/_ext/distsched_docs.py
+                    "distsched_clock",  # the pytest fixtures (distsched_app.pytest_plugin)
+                    "distsched_drain",
                 )
             ):
                 continue  # app labels, databases, index and URL names

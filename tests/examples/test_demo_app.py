@@ -25,6 +25,7 @@ def test_load_demo_schedules_is_idempotent():
         "webhook-delivery",
         "long-report",
         "heartbeat",
+        "convert-amount",
     }
     assert Schedule.objects.get(name="daily-summary").timezone == "Europe/Paris"
 

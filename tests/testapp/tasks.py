@@ -209,3 +209,38 @@ def upstream(context: RunContext, value=None):
 def ft_upstream(context) -> dict:
     """A workflow node declared with django.tasks: returns its upstream results (TaskContext extras)."""
     return dict(context.upstream_results)
+
+
+@framework_task(takes_context=True)
+async def ft_async_orm(context, note: str = "") -> dict:
+    """An async task that uses the ORM (``await ...acount()``) and distsched's context extras."""
+    from distsched_app.models import Run
+
+    return {"runs": await Run.objects.acount(), "note": note, "fencing_token": context.fencing_token}
+
+
+@framework_task(takes_context=True)
+def ft_own_status(context) -> dict:
+    """Reads its own result from the database while it executes."""
+    own = ft_own_status.get_result(context.task_result.id)
+    return {"status": own.status.name, "started": own.started_at is not None}
+
+
+@framework_task
+def ft_returns(kind: str):
+    """Returns a value of the given kind: "tuple" (JSON as a list) or "set" (not JSON)."""
+    return (1, 2) if kind == "tuple" else {1, 2}
+
+
+# -- a task only "the new code" has: real worker processes started with DISTSCHED_TEST_NEW_CODE=1 ------
+# (tests/concurrency/test_rolling_deploy.py; the old workers, without it, do not have this task)
+
+if os.environ.get("DISTSCHED_TEST_NEW_CODE"):
+
+    @task("tests.new_code")
+    def new_code(context: RunContext) -> None:
+        from .models import Execution
+
+        Execution.objects.create(
+            run_id=context.run_id, attempt=context.attempt, worker_id=context.worker_id, pid=os.getpid()
+        )

@@ -81,14 +81,15 @@ def test_failing_task_retries_then_dies(scheduler, worker, clock):
     assert history(Run.objects.get())[-2:] == ["failed", "marked_dead"]
 
 
-def test_unknown_task_is_a_failed_attempt_not_a_crash(scheduler, worker):
+def test_unknown_task_is_given_back_without_using_an_attempt(scheduler, worker):
     registry.register("tests.temporary", lambda: None)
     scheduler.create_schedule(name="u", task_name="tests.temporary", interval_seconds=60, max_attempts=1)
     registry.unregister("tests.temporary")
     scheduler.tick()
     execution = worker.run_once()
-    assert execution.state == RunState.DEAD
-    assert "no task registered as 'tests.temporary'" in Run.objects.get().last_error
+    assert execution.state == RunState.PENDING
+    run = Run.objects.get()
+    assert (run.state, run.attempts, run.lease_owner, run.last_error) == (RunState.PENDING, 0, "", "")
 
 
 @pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt()])

@@ -14,7 +14,7 @@ from typing import Any
 
 from ...errors import DuplicateName, ScheduleNotFound, ValidationError
 from ...models import Run, RunState, Schedule, schedule_name_of
-from ...services import enqueue, explain, maintenance, queries, runs, schedules, stats, workers
+from ...services import enqueue, explain, maintenance, migration_status, queries, runs, schedules, stats, workers
 from . import bulk as bulk_verbs
 from . import celery_import, declared, records, schedule_changes
 from . import leader as leader_verbs
@@ -375,6 +375,11 @@ def _pruned(r: maintenance.PruneResult, *, interrupted: bool) -> Output:
     )
 
 
+def migrate_status(now: datetime, o: dict[str, Any]) -> Output:
+    status = migration_status.old_queue_status(o["source"], now=now)
+    return status.as_dict(), migration_status.describe(status)
+
+
 VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     "schedule create": schedule_create,
     "schedule list": schedule_list,
@@ -398,4 +403,5 @@ VERBS: dict[str, Callable[[datetime, dict[str, Any]], Output]] = {
     "stats": show_stats,
     "prune": prune,
     **leader_verbs.VERBS,
+    "migrate-status": migrate_status,
 }

@@ -11,6 +11,7 @@
     distsched stats
     distsched prune --older-than 30d [--audit-older-than 400d]
     distsched leader
+    distsched migrate-status --from django-tasks-db|django-q2
 
 Every verb reads the clock once, calls the service layer and prints either a
 table for humans or, with ``--json``, one JSON document and nothing else on
@@ -54,7 +55,7 @@ class Command(DistschedCommand):
         # The base class made ``parser`` a OneLineParser; subparsers copy its class.
         groups = parser.add_subparsers(
             dest="group",
-            metavar="{schedule,run,worker,queue,limit,workflow,bulk,import,stats,prune,leader}",
+            metavar="{schedule,run,worker,queue,limit,workflow,bulk,import,stats,prune,leader,migrate-status}",
             required=True,
         )
 
@@ -238,6 +239,12 @@ class Command(DistschedCommand):
         workflow_cli.add_arguments(groups, _leaf)
 
         _leaf(groups, "stats", "Run, schedule and worker figures.")
+        migrate_status = _leaf(
+            groups, "migrate-status", "What the task queue you migrate from still has to run (is it drained?)."
+        )
+        migrate_status.add_argument(
+            "--from", dest="source", required=True, choices=["django-tasks-db", "django-q2"], help="The old task queue."
+        )
         prune = _leaf(groups, "prune", "Delete finished runs, their events and old workers.")
         prune.add_argument(
             "--older-than",
@@ -265,7 +272,8 @@ class Command(DistschedCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         now = current_clock().now()  # read once; every service below gets this instant
         group = options["group"]
-        key = group if group in ("stats", "prune", "leader") else f"{group} {options['verb']}"
+        leaves = ("stats", "prune", "leader", "migrate-status")
+        key = group if group in leaves else f"{group} {options['verb']}"
         # Long verbs draw their progress here when it is a terminal; never with --json.
         options["progress_stream"] = None if options["json"] else self.stderr
         interrupted, status = False, INTERRUPTED_STATUS

@@ -23,7 +23,10 @@ class Command(DistschedCommand):
     def add_command_arguments(self, parser: Any) -> None:
         parser.add_argument("--worker-id", help="Stable id for this worker (default: host-pid-random).")
         parser.add_argument(
-            "--queues", type=queue_list, default=None, help="Comma-separated queues to serve (default: default)."
+            "--queues",
+            type=queue_list,
+            default=None,
+            help="Comma-separated queues to serve (default: default); '*' serves every queue.",
         )
         parser.add_argument(
             "--capability",

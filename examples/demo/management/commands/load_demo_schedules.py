@@ -44,6 +44,13 @@ DEMO_SCHEDULES: list[dict[str, Any]] = [
         "overlap": "skip",
     },
     {"name": "heartbeat", "task_name": "demo.heartbeat", "interval_seconds": 60},
+    # A django.tasks task on a schedule: named by its module path.
+    {
+        "name": "convert-amount",
+        "task_name": "examples.demo.tasks.convert_amount",
+        "kwargs": {"amount_cents": 1999},
+        "interval_seconds": 3600,
+    },
 ]
 
 
