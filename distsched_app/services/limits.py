@@ -40,7 +40,7 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import Count, F, Q
 
 from ..clock import iso_utc
-from ..db import bulk, locks, notify
+from ..db import admission, bulk, holds, locks, notify
 from ..models import LEASED_STATES, EventType, Limit, LimitHold, LimitPartition, Run, RunState
 from . import events
 from . import limit_rules as rules
@@ -201,22 +201,35 @@ class Gate:
             self._overrides = active_overrides(self.now)
         return self._overrides
 
+    def _first_lock(self, limit: str, key: str) -> None:
+        """Where rows are locked (PostgreSQL): the claim's first partition is locked by the
+        statement that reads the overrides in force (``db.admission``), one round trip."""
+        self._overrides, row = admission.overrides_and_partition(limit, key, self.now)
+        self._partitions[(limit, key)] = self._counted(limit, key, row)
+
     def _partition(self, limit: str, key: str, *, stateful: bool) -> _Partition | None:
         """The partition, locked and counted once per claim. Its row is read only where it is a
         lock (PostgreSQL) or holds state this admission needs (a rate's, or fairness's);
         ``stateful`` says the latter. SQLite's claim holds the write lock: no row to lock."""
         if (limit, key) not in self._partitions:
-            if stateful or connection.features.has_select_for_update:
-                # Free (the usual case): one statement. Held by another transaction, or not there
-                # yet: wait a bounded time for it.
+            if stateful or admission.locks_rows():
                 row = locks.skip_locked(LimitPartition.objects.filter(limit=limit, key=key)).first()
-                if row is None:
-                    self._bound_waits()
-                    row = _bounded(lambda: _lock_partition(limit, key))
+                self._partitions[(limit, key)] = self._counted(limit, key, row)
             else:
-                row = LimitPartition(limit=limit, key=key)
-            self._partitions[(limit, key)] = None if row is None else _Partition(row, in_use(limit, self.now, key=key))
+                self._partitions[(limit, key)] = _Partition(
+                    LimitPartition(limit=limit, key=key), in_use(limit, self.now, key=key)
+                )
         return self._partitions[(limit, key)]
+
+    def _counted(self, limit: str, key: str, row: LimitPartition | None) -> _Partition | None:
+        """The partition locked (``row``, from a SKIP LOCKED read: None when another transaction
+        holds it or it is not there yet, then waited for a bounded time), and its holders counted
+        by a statement of their own: one that starts after the lock was granted, so it sees every
+        hold committed before (a count in the locking statement would not)."""
+        if row is None:
+            self._bound_waits()
+            row = _bounded(lambda: _lock_partition(limit, key))
+        return None if row is None else _Partition(row, in_use(limit, self.now, key=key))
 
     def _total(self, limit: str) -> int | None:
         if limit not in self._totals:
@@ -267,6 +280,8 @@ class Gate:
         taken: list[tuple[rules.LimitSpec, str, _Partition, rules.Numbers]] = []
         roomy = True  # every limit of the run at most half full with it (no rate, no local cap)
         for spec, key in pairs:
+            if self._overrides is None and admission.locks_rows():
+                self._first_lock(spec.name, key)
             numbers = spec.numbers_for(key, self.overrides().get(spec.name))
             total_used = self._total(spec.name) if numbers.total is not None else 0  # an override may set one
             stateful = numbers.rate is not None or spec.fair
@@ -411,38 +426,19 @@ def release(run_ids: Collection[int], *, now: datetime, replaced: Collection[int
     No query at all while no limit is declared and no run was replaced."""
     through: list[int] = []
     if run_ids and rules.declared():
-        for (limit, key), (freed, tight) in _delete_holds(run_ids):
+        for freed in holds.release(run_ids, prefix=PREFIX):  # one statement on PostgreSQL
             # Slots of a limit that was at most half full when they were taken: nothing can be
             # blocked behind them unless it filled up since, and then blocked runs are there to
-            # see. Only then is the partition locked (a run blocked in the same instant, not yet
+            # see (the whole limit's: a total, declared or overridden, spans partitions). Only
+            # then is the partition locked (a run blocked in the same instant, not yet
             # committed, is the sweep's).
-            if tight or _blocked_in(limit, key):
-                through += let_through(limit, key, now=now, at_most=freed)
+            if freed.tight or freed.blocked:
+                through += let_through(freed.limit, freed.key, now=now, at_most=freed.slots)
     if replaced:
         from . import replacement
 
         through += replacement.release_replacements(list(replaced), now)
     return through
-
-
-def _delete_holds(run_ids: Collection[int]) -> list[tuple[tuple[str, str], tuple[int, bool]]]:
-    """Delete the runs' holds; the (limit, key) pairs they held with how many slots each freed and
-    whether any was tight, sorted (the order releases lock partitions in). One statement."""
-    table = connection.ops.quote_name(LimitHold._meta.db_table)
-    ids = list(run_ids)
-    sql = f'DELETE FROM {table} WHERE run_id IN ({", ".join(["%s"] * len(ids))}) RETURNING "limit", "key", "tight"'  # noqa: S608
-    with connection.cursor() as cursor:
-        cursor.execute(sql, ids)
-        freed: dict[tuple[str, str], tuple[int, bool]] = {}
-        for limit, key, tight in cursor.fetchall():
-            n, any_tight = freed.get((limit, key), (0, False))
-            freed[(limit, key)] = (n + 1, any_tight or bool(tight))
-        return sorted(freed.items())
-
-
-def _blocked_in(limit: str, key: str) -> bool:
-    """Whether the limit has blocked runs (any partition: a superset is safe): one index probe."""
-    return _blocked(limit).exists()  # the whole limit: a total (declared or overridden) spans partitions
 
 
 def _blocked(limit: str, key: str | None = None):
