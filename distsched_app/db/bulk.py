@@ -40,6 +40,16 @@ class Bind:
     value: Any
 
 
+@dataclass(frozen=True)
+class Statement:
+    """A data-modifying statement and its parameters, written along an insert
+    (``insert_rows(along=...)``): on PostgreSQL a CTE of the same statement (one round trip for
+    both), elsewhere run before it."""
+
+    sql: str
+    params: list[Any]
+
+
 def _vendor_is_postgresql() -> bool:
     return connection.vendor == "postgresql"
 
@@ -195,6 +205,7 @@ def insert_rows(
     join: str = "",
     ordered: bool = False,
     returning: Sequence[str] = (),
+    along: Sequence[Statement] = (),
 ) -> list[tuple]:
     """Insert rows, given column by column (field name -> values), into ``model``'s table.
 
@@ -203,10 +214,15 @@ def insert_rows(
     and ``join`` (say ``f"JOIN {table(Schedule)} s ON s.id = u.schedule_id"``),
     or to a ``Bind`` value. ``ordered`` inserts in the order of the rows (ids
     follow it). ``returning`` fields are read back (datetimes aware, in UTC);
-    their order is the database's, not the rows'.
+    their order is the database's, not the rows'. ``along``: data-modifying statements written
+    with the insert (``Statement``), in one round trip on PostgreSQL.
     """
     if not _length(columns):
+        run_all(along)
         return []
+    if along and not _vendor_is_postgresql():
+        run_all(along)
+        along = ()
     into = f"INSERT INTO {table(model)}"
     plain = select is None and not join and not ordered  # each row as it is: the simplest statement
     if select is None:
@@ -234,6 +250,9 @@ def insert_rows(
             source, params = rows_source(model, chunk, ordinal="ord" if ordered else None)
             sql = f"{into} ({target}) SELECT {expressions} FROM {source} {join}{order}{tail}"
             params = [*binds, *params]
+        if along:  # PostgreSQL (one chunk): the statements as CTEs of this one
+            ctes = ", ".join(f"along{i} AS ({st.sql})" for i, st in enumerate(along))
+            sql, params = f"WITH {ctes} {sql}", [*chain.from_iterable(st.params for st in along), *params]
         returned.extend(execute(sql, params))
     if returned and not _vendor_is_postgresql():
         kinds = [f.get_internal_type() for f in _fields(model, returning)]
@@ -242,6 +261,27 @@ def insert_rows(
             converted = [map(_aware, c) if k == "DateTimeField" else c for k, c in zip(kinds, by_column, strict=True)]
             returned = list(zip(*converted, strict=True))
     return returned
+
+
+def run_all(statements: Sequence[Statement]) -> None:
+    """Run the statements one by one (``execute``)."""
+    for statement in statements:
+        execute(statement.sql, statement.params)
+
+
+def insert_statements(model: type[Model], columns: Columns) -> list[Statement]:
+    """``insert_rows``' plain insert of these rows as statements to write along another one
+    (``along``), not run here: one on PostgreSQL, one per ``ROWS_PER_STATEMENT`` rows elsewhere."""
+    into = f"INSERT INTO {table(model)} ({', '.join(_quoted(f) for f in _fields(model, list(columns)))})"
+    out = []
+    for chunk in _chunks(columns) if _length(columns) else ():
+        if _vendor_is_postgresql():
+            source, params = rows_source(model, chunk)
+            out.append(Statement(f"{into} SELECT * FROM {source}", params))
+        else:
+            values = ", ".join([f"({', '.join(['%s'] * len(chunk))})"] * _length(chunk))
+            out.append(Statement(f"{into} VALUES {values}", _values_params(_fields(model, list(chunk)), chunk)))
+    return out
 
 
 def _aware(value: datetime | str | None) -> datetime | None:

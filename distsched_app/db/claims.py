@@ -237,6 +237,15 @@ def mark_claimed(runs: Sequence[Run], *, started: int, worker_id: str, expires: 
     """The claim's one UPDATE of the runs it took (already locked, or under SQLite's write lock):
     the first ``started`` of them ``running`` (started now), the others ``leased``; each owned by
     ``worker_id`` until ``expires`` at its next attempt. The instances follow."""
+    statement = mark_statement(runs, started=started, worker_id=worker_id, expires=expires, now=now)
+    bulk.execute(statement.sql, statement.params)
+
+
+def mark_statement(
+    runs: Sequence[Run], *, started: int, worker_id: str, expires: datetime, now: datetime
+) -> bulk.Statement:
+    """``mark_claimed``'s UPDATE as a statement to write along the claim's events (one round trip
+    on PostgreSQL, ``events.record_many(along=...)``), not run here. The instances follow now."""
     vendor = connection.vendor
 
     def ids(rows: Sequence[Run]) -> list[int] | str:
@@ -245,8 +254,9 @@ def mark_claimed(runs: Sequence[Run], *, started: int, worker_id: str, expires: 
 
     first = ids(runs[:started])
     adapt = connection.ops.adapt_datetimefield_value
-    with connection.cursor() as cursor:
-        cursor.execute(_mark_sql(vendor), [first, worker_id, adapt(expires), first, adapt(now), adapt(now), ids(runs)])
+    statement = bulk.Statement(
+        _mark_sql(vendor), [first, worker_id, adapt(expires), first, adapt(now), adapt(now), ids(runs)]
+    )
     for i, run in enumerate(runs):
         run.state = RunState.RUNNING if i < started else RunState.LEASED
         run.lease_owner = worker_id
@@ -256,6 +266,7 @@ def mark_claimed(runs: Sequence[Run], *, started: int, worker_id: str, expires: 
         run.held_by = ""
         if i < started:
             run.started_at = now
+    return statement
 
 
 def claim_waiting(

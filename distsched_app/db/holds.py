@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
+from typing import Any
 
 from django.db import connection
 
-from ..models import LimitHold, Run, RunState
+from ..models import LEASED_STATES, LimitHold, Run, RunState
 
 
 @dataclass(frozen=True)
@@ -85,3 +87,30 @@ def release(run_ids: Collection[int], *, prefix: str) -> list[Freed]:
                 blocked = bool(cursor.fetchone()[0])
             out.append(Freed(limit, key, n, tight, blocked))
         return out
+
+
+@cache
+def _live_sql(by_key: bool, by_worker: bool) -> str:
+    holds, runs = _q(LimitHold._meta.db_table), _q(Run._meta.db_table)
+    leased = ", ".join(f"'{s}'" for s in LEASED_STATES)  # enum literals
+    sql = (
+        f"SELECT count(*) FROM {holds} AS h JOIN {runs} AS r ON r.id = h.run_id "  # noqa: S608
+        f'WHERE h."limit" = %s AND r.state IN ({leased}) AND r.lease_expires_at > %s AND r.attempts = h.attempt'
+    )
+    if by_key:
+        sql += ' AND h."key" = %s'
+    if by_worker:
+        sql += " AND r.lease_owner = %s"
+    return sql
+
+
+def count_live(limit: str, now: datetime, *, key: str | None = None, worker_id: str | None = None) -> int:
+    """Holds of the limit (of one partition, of one worker's runs) that count: their run still
+    leased or running at the admitted attempt, with a live lease. A statement written once per
+    shape: admission counts a partition on every claim, and through the ORM building the count
+    cost more than running it."""
+    params: list[Any] = [limit, connection.ops.adapt_datetimefield_value(now)]
+    params += [v for v in (key, worker_id) if v is not None]
+    with connection.cursor() as cursor:
+        cursor.execute(_live_sql(key is not None, worker_id is not None), params)
+        return int(cursor.fetchone()[0])

@@ -85,15 +85,8 @@ def active_overrides(now: datetime) -> dict[str, dict[str, Any]]:
 
 def in_use(limit: str, now: datetime, *, key: str | None = None, worker_id: str | None = None) -> int:
     """Runs holding a slot of the limit (of one partition, of one worker): admitted and still
-    leased or running at that attempt, with a live lease."""
-    qs = LimitHold.objects.filter(
-        limit=limit, run__state__in=list(LEASED_STATES), run__lease_expires_at__gt=now, run__attempts=F("attempt")
-    )
-    if key is not None:
-        qs = qs.filter(key=key)
-    if worker_id is not None:
-        qs = qs.filter(run__lease_owner=worker_id)
-    return qs.count()
+    leased or running at that attempt, with a live lease (``db.holds.count_live``)."""
+    return holds.count_live(limit, now, key=key, worker_id=worker_id)
 
 
 def holders(limit: str, key: str | None, now: datetime) -> list[int]:
@@ -168,6 +161,19 @@ class _Partition:
     dirty: bool = False
 
 
+@dataclass
+class _Hold:
+    """A ``LimitHold`` row this claim writes (a plain object: a model instance per admitted run
+    cost more than the row's INSERT)."""
+
+    run_id: int
+    limit: str
+    key: str
+    attempt: int
+    worker_id: str
+    tight: bool = True
+
+
 class Gate:
     """One claim's admission decisions, inside its transaction.
 
@@ -191,10 +197,12 @@ class Gate:
         self._partitions: dict[tuple[str, str], _Partition | None] = {}
         self._totals: dict[str, int | None] = {}  # limit -> holders in all partitions (None: locked elsewhere)
         self._local: Counter[str] = Counter()
-        self._holds: list[LimitHold] = []
+        self._holds: list[_Hold] = []
         self._again: list[int] = []
         self._bounded = False  # the claim's lock_timeout is set (PostgreSQL)
         self._throttled: Counter[tuple[str, str]] = Counter()
+        # Statements left for the claim to write (the holds' INSERT), set by ``finish``.
+        self.writes: list[bulk.Statement] = []
 
     def overrides(self) -> dict[str, dict[str, Any]]:
         if self._overrides is None:
@@ -321,7 +329,7 @@ class Gate:
                 self._totals[spec.name] = (self._totals[spec.name] or 0) + 1
             self._local[spec.name] += 1
             self._holds.append(
-                LimitHold(run_id=run.pk, limit=spec.name, key=key, attempt=run.attempts + 1, worker_id=self.worker_id)
+                _Hold(run_id=run.pk, limit=spec.name, key=key, attempt=run.attempts + 1, worker_id=self.worker_id)
             )
         if run.attempts:
             self._again.append(run.pk)  # a retry or a re-run: its earlier attempt's holds are replaced
@@ -334,7 +342,8 @@ class Gate:
 
     def finish(self) -> None:
         """Write what this claim's admissions changed: the partitions' rate state and last
-        admission, and the holds (a run's earlier holds replaced). Before the claim commits."""
+        admission, and the holds (a run's earlier holds replaced). Before the claim commits; the
+        holds' INSERT is left in ``writes``, for the claim to write along its own statements."""
         for partition in self._partitions.values():
             if partition is not None and partition.dirty:
                 LimitPartition.objects.filter(pk=partition.row.pk).update(
@@ -345,7 +354,7 @@ class Gate:
         if self._again:
             LimitHold.objects.filter(run_id__in=self._again).delete()
         if self._holds:  # one INSERT written by db.bulk (bulk_create cost more than the statement)
-            bulk.insert_rows(
+            self.writes = bulk.insert_statements(
                 LimitHold,
                 {
                     "run": [h.run_id for h in self._holds],
