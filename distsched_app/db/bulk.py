@@ -297,13 +297,21 @@ def update_from_rows(model: type[Model], key: str, columns: Columns) -> None:
     """``UPDATE ... SET field = u.field ... FROM <rows> WHERE key = u.key``: one statement
     (per chunk) for many rows instead of a CASE per row. ``columns`` holds ``key`` and
     the fields to set, column by column."""
+    run_all(update_statements(model, key, columns))
+
+
+def update_statements(model: type[Model], key: str, columns: Columns) -> list[Statement]:
+    """``update_from_rows``' statements, not run here (to be written along another one)."""
     if not _length(columns):
-        return
+        return []
     table_sql = table(model)
     key_column = _quoted(_field(model, key))
     sets = ", ".join(
         f"{_quoted(f)} = u.{_quoted(f)}" for f in _fields(model, [name for name in columns if name != key])
     )
+    out = []
     for chunk in _chunks(columns):
         source, params = rows_source(model, chunk)
-        execute(f"UPDATE {table_sql} SET {sets} FROM {source} WHERE {table_sql}.{key_column} = u.{key_column}", params)
+        sql = f"UPDATE {table_sql} SET {sets} FROM {source} WHERE {table_sql}.{key_column} = u.{key_column}"
+        out.append(Statement(sql, params))
+    return out

@@ -90,7 +90,9 @@ def release(run_ids: Collection[int], *, prefix: str) -> list[Freed]:
 
 
 @cache
-def _live_sql(by_key: bool, by_worker: bool) -> str:
+def live_sql(*, by_key: bool = False, by_worker: bool = False) -> str:
+    """The count of live holds of a limit (``%s``), at a time (``%s``), of a partition (``%s``),
+    of a worker's runs (``%s``): ``count_live``'s statement, also a subquery of ``db.admission``'s."""
     holds, runs = _q(LimitHold._meta.db_table), _q(Run._meta.db_table)
     leased = ", ".join(f"'{s}'" for s in LEASED_STATES)  # enum literals
     sql = (
@@ -112,5 +114,5 @@ def count_live(limit: str, now: datetime, *, key: str | None = None, worker_id: 
     params: list[Any] = [limit, connection.ops.adapt_datetimefield_value(now)]
     params += [v for v in (key, worker_id) if v is not None]
     with connection.cursor() as cursor:
-        cursor.execute(_live_sql(key is not None, worker_id is not None), params)
+        cursor.execute(live_sql(by_key=key is not None, by_worker=worker_id is not None), params)
         return int(cursor.fetchone()[0])

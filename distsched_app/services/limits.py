@@ -210,10 +210,15 @@ class Gate:
         return self._overrides
 
     def _first_lock(self, limit: str, key: str) -> None:
-        """Where rows are locked (PostgreSQL): the claim's first partition is locked by the
-        statement that reads the overrides in force (``db.admission``), one round trip."""
-        self._overrides, row = admission.overrides_and_partition(limit, key, self.now)
-        self._partitions[(limit, key)] = self._counted(limit, key, row)
+        """Where rows are locked (PostgreSQL): the claim's first partition is locked, and its
+        holders counted when that count is proven current, by the statement that reads the
+        overrides in force (``db.admission``): one round trip."""
+        first = admission.overrides_and_partition(limit, key, self.now)
+        self._overrides = first.overrides
+        if first.partition is not None and first.holders is not None:
+            self._partitions[(limit, key)] = _Partition(first.partition, first.holders)
+        else:
+            self._partitions[(limit, key)] = self._counted(limit, key, first.partition)
 
     def _partition(self, limit: str, key: str, *, stateful: bool) -> _Partition | None:
         """The partition, locked and counted once per claim. Its row is read only where it is a
@@ -320,8 +325,12 @@ class Gate:
             taken.append((spec, key, partition, numbers))
         for spec, key, partition, numbers in taken:
             partition.admitted += 1
-            # The row's state is read by rates (tat) and fairness (last admission) only.
-            partition.dirty = partition.row.pk is not None and (numbers.rate is not None or spec.fair)
+            # The row's state is read by rates (tat) and fairness (last admission) only; where rows
+            # are locked it is rewritten by every admission (the next claim's proof that its count
+            # is current, ``db.admission``).
+            partition.dirty = partition.row.pk is not None and (
+                numbers.rate is not None or spec.fair or admission.locks_rows()
+            )
             partition.row.last_admitted_at = self.now
             if numbers.rate is not None:
                 partition.row.tat = rules.next_tat(numbers.rate, partition.row.tat, self.now)
@@ -343,18 +352,25 @@ class Gate:
     def finish(self) -> None:
         """Write what this claim's admissions changed: the partitions' rate state and last
         admission, and the holds (a run's earlier holds replaced). Before the claim commits; the
-        holds' INSERT is left in ``writes``, for the claim to write along its own statements."""
-        for partition in self._partitions.values():
-            if partition is not None and partition.dirty:
-                LimitPartition.objects.filter(pk=partition.row.pk).update(
-                    tat=partition.row.tat, last_admitted_at=partition.row.last_admitted_at
-                )
+        partitions' UPDATE and the holds' INSERT are left in ``writes``, for the claim to write
+        along its own statements. Where rows are locked, every partition admitted into is
+        rewritten (``db.admission``: the next claim's count is proven current by it)."""
+        dirty = [p.row for p in self._partitions.values() if p is not None and p.dirty]
+        self.writes = bulk.update_statements(
+            LimitPartition,
+            "id",
+            {
+                "id": [row.pk for row in dirty],
+                "tat": [row.tat for row in dirty],
+                "last_admitted_at": [row.last_admitted_at for row in dirty],
+            },
+        )
         if self._bounded:
             _claim_lock_timeout(False)
         if self._again:
             LimitHold.objects.filter(run_id__in=self._again).delete()
         if self._holds:  # one INSERT written by db.bulk (bulk_create cost more than the statement)
-            self.writes = bulk.insert_statements(
+            self.writes += bulk.insert_statements(
                 LimitHold,
                 {
                     "run": [h.run_id for h in self._holds],
