@@ -1,21 +1,18 @@
-"""Admission's first statement on PostgreSQL: the operators' overrides in force and the first
-partition the claim admits into, locked and counted, read together.
+"""Admission's lock on PostgreSQL: a partition's row locked, waiting a bounded time, and its
+holders counted after the lock was granted, in one round trip.
 
-A claim of limited runs reads the overrides once, locks each partition it admits into and counts
-its holders (``services.limits.Gate``); on PostgreSQL each was a round trip before its writes.
-Here the first partition is locked ``FOR UPDATE SKIP LOCKED`` in a ``LATERAL`` subquery of the
-statement that reads the overrides: one round trip. The row comes back empty when another
-transaction holds it (the caller then waits a bounded time, as before) or when it does not exist.
-
-The holders are counted in the same statement, but that count is used only when it is proven
-current. The statement's snapshot is taken before the lock is granted, so the count could miss
-holds committed in between by the transaction the lock came free from. Every transaction that
-writes holds into a partition also rewrites its row (``Gate.finish``), and a row locked under
-READ COMMITTED is its latest version while a plain read of it in the same statement is the
-snapshot's: if the two versions' ``xmin`` (the transaction that wrote them) are the same, no
-admission into the partition committed between the snapshot and the lock, and the count saw
-every hold. If they differ, the caller counts again in a statement of its own, which starts
-after the lock was granted.
+A claim of limited runs locks each partition it admits into and counts its holders under that
+lock (``services.limits.Gate``). Done statement by statement, that was a skip-locked read, and
+when another claim held the row (most of the time with several busy workers) a savepoint, a
+``lock_timeout``, the waiting read, the savepoint's release, the count and the timeout's reset:
+seven round trips, most of them while holding the lock. Here the same statements go to the
+server as one pipeline (psycopg's pipeline mode): ``SAVEPOINT``, ``SET LOCAL lock_timeout``, the
+row locked ``FOR UPDATE`` (with the operators' overrides in force, when asked), the holders
+counted, the timeout reset, ``RELEASE SAVEPOINT``. The server runs them in order, each with its
+own snapshot, so the count starts after the lock was granted and sees every hold committed by
+the transaction the lock came free from (a count inside the locking statement would not: that
+statement's snapshot predates the wait). If the lock is not granted in time the rest of the
+pipeline is skipped and the savepoint rolled back: the claim goes on without the partition.
 """
 
 from __future__ import annotations
@@ -32,42 +29,69 @@ from ..models import Limit, LimitPartition
 from . import holds
 from .claims import _columns, _instance, _q
 
+SAVEPOINT = "distsched_admission"
+
 
 @cache
-def _sql() -> str:
+def _lock_sql(overrides: bool) -> str:
     limits, partitions = _q(Limit._meta.db_table), _q(LimitPartition._meta.db_table)
     columns = ", ".join(f"p.{_q(f.column)}" for f in _columns(LimitPartition))
+    read = (
+        f"(SELECT json_object_agg(l.name, l.override) FROM {limits} AS l "  # noqa: S608 - table names
+        "WHERE l.override IS NOT NULL AND (l.override_until IS NULL OR l.override_until > %s))"
+        if overrides
+        else "NULL"
+    )
     return (
-        f"SELECT (SELECT json_object_agg(l.name, l.override) FROM {limits} AS l "  # noqa: S608 - table names
-        "WHERE l.override IS NOT NULL AND (l.override_until IS NULL OR l.override_until > %s)), "
-        f"{columns}, p.row_xmin = (SELECT q.xmin FROM {partitions} AS q WHERE q.id = p.id), "
-        f"({holds.live_sql(by_key=True)}) "
-        f"FROM (SELECT 1) AS one LEFT JOIN LATERAL (SELECT *, xmin AS row_xmin FROM {partitions} "
-        'WHERE "limit" = %s AND "key" = %s FOR UPDATE SKIP LOCKED) AS p ON true'
+        f"SELECT {read}, {columns} FROM (SELECT 1) AS one LEFT JOIN LATERAL "  # noqa: S608 - table names
+        f'(SELECT * FROM {partitions} WHERE "limit" = %s AND "key" = %s FOR UPDATE) AS p ON true'
     )
 
 
 def locks_rows() -> bool:
-    """Whether this database locks rows (``overrides_and_partition`` is for those only)."""
+    """Whether this database locks rows (``lock_and_count`` is for those only)."""
     return connection.features.has_select_for_update
 
 
 @dataclass(frozen=True)
-class FirstLock:
-    overrides: dict[str, dict[str, Any]]  # {limit: numbers} in force, as ``limits.active_overrides``
-    partition: LimitPartition | None  # locked until COMMIT; None: held by another transaction, or not there
-    holders: int | None  # the partition's live holds, when proven current (see the module docstring)
+class Locked:
+    partition: LimitPartition | None  # locked until COMMIT; None: no such row yet
+    holders: int  # the partition's live holds, counted after the lock was granted
+    overrides: dict[str, dict[str, Any]] | None  # {limit: numbers} in force, when asked for
 
 
-def overrides_and_partition(limit: str, key: str, now: datetime) -> FirstLock:
-    """The overrides in force at ``now``, and the partition's row locked with its holders counted."""
-    adapted = connection.ops.adapt_datetimefield_value(now)
-    with connection.cursor() as cursor:
-        cursor.execute(_sql(), [adapted, limit, adapted, key, limit, key])
-        values, *row, current, holders = cursor.fetchone()
-    if isinstance(values, str):  # Django reads json as text, as JSONField does
-        values = json.loads(values)
-    overrides = {name: override for name, override in (values or {}).items() if override}
-    if row[0] is None:
-        return FirstLock(overrides, None, None)
-    return FirstLock(overrides, _instance(LimitPartition, row), int(holders) if current else None)
+def lock_and_count(limit: str, key: str, now: datetime, *, timeout_ms: int, overrides: bool = False) -> Locked | None:
+    """Lock the partition's row (waiting at most ``timeout_ms``) and count its live holds, one
+    round trip; with ``overrides``, also read the overrides in force at ``now`` (as
+    ``limits.active_overrides``). None when the lock was not granted in time."""
+    import psycopg
+
+    connection.ensure_connection()
+    conn = connection.connection
+    lock_params = ([now] if overrides else []) + [limit, key]
+    with connection.wrap_database_errors:
+        try:
+            with psycopg.Cursor(conn) as control, psycopg.Cursor(conn) as locked, psycopg.Cursor(conn) as counted:
+                with conn.pipeline():  # sent together, read at its end
+                    control.execute(f"SAVEPOINT {SAVEPOINT}")
+                    control.execute(f"SET LOCAL lock_timeout = '{int(timeout_ms)}ms'")
+                    locked.execute(_lock_sql(overrides), lock_params)
+                    counted.execute(holds.live_sql(by_key=True), [limit, now, key])
+                    control.execute("SET LOCAL lock_timeout TO DEFAULT")
+                    control.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
+                one, total = locked.fetchone(), counted.fetchone()
+            assert one is not None and total is not None  # noqa: S101 - each statement returns one row
+            values, *row = one
+            [n] = total
+        except psycopg.errors.LockNotAvailable:
+            with psycopg.Cursor(conn) as control:
+                control.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")  # the timeout's SET LOCAL too
+                control.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
+            return None
+    read = None
+    if overrides:
+        if isinstance(values, str):
+            values = json.loads(values)
+        read = {name: numbers for name, numbers in (values or {}).items() if numbers}
+    partition = _instance(LimitPartition, row) if row[0] is not None else None
+    return Locked(partition, int(n), read)

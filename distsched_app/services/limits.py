@@ -210,24 +210,32 @@ class Gate:
         return self._overrides
 
     def _first_lock(self, limit: str, key: str) -> None:
-        """Where rows are locked (PostgreSQL): the claim's first partition is locked, and its
-        holders counted when that count is proven current, by the statement that reads the
-        overrides in force (``db.admission``): one round trip."""
-        first = admission.overrides_and_partition(limit, key, self.now)
-        self._overrides = first.overrides
-        if first.partition is not None and first.holders is not None:
-            self._partitions[(limit, key)] = _Partition(first.partition, first.holders)
-        else:
-            self._partitions[(limit, key)] = self._counted(limit, key, first.partition)
+        """Where rows are locked (PostgreSQL): the claim's first partition, locked and counted by
+        the round trip that also reads the overrides in force (``db.admission``)."""
+        self._partitions[(limit, key)] = self._locked(limit, key, overrides=True)
+
+    def _locked(self, limit: str, key: str, *, overrides: bool = False) -> _Partition | None:
+        """PostgreSQL: the partition's row locked (waiting ``CLAIM_LOCK_TIMEOUT_MS`` at most)
+        and its holders counted after the lock was granted, one round trip; None if the lock
+        was not granted in time."""
+        got = admission.lock_and_count(limit, key, self.now, timeout_ms=CLAIM_LOCK_TIMEOUT_MS, overrides=overrides)
+        if got is None:
+            return None
+        if got.overrides is not None:
+            self._overrides = got.overrides
+        if got.partition is None:  # first use: created, then locked and counted
+            return self._counted(limit, key, None)
+        return _Partition(got.partition, got.holders)
 
     def _partition(self, limit: str, key: str, *, stateful: bool) -> _Partition | None:
         """The partition, locked and counted once per claim. Its row is read only where it is a
         lock (PostgreSQL) or holds state this admission needs (a rate's, or fairness's);
         ``stateful`` says the latter. SQLite's claim holds the write lock: no row to lock."""
         if (limit, key) not in self._partitions:
-            if stateful or admission.locks_rows():
-                row = locks.skip_locked(LimitPartition.objects.filter(limit=limit, key=key)).first()
-                self._partitions[(limit, key)] = self._counted(limit, key, row)
+            if admission.locks_rows():
+                self._partitions[(limit, key)] = self._locked(limit, key)
+            elif stateful:
+                self._partitions[(limit, key)] = self._counted(limit, key, _lock_partition(limit, key))
             else:
                 self._partitions[(limit, key)] = _Partition(
                     LimitPartition(limit=limit, key=key), in_use(limit, self.now, key=key)
@@ -235,10 +243,8 @@ class Gate:
         return self._partitions[(limit, key)]
 
     def _counted(self, limit: str, key: str, row: LimitPartition | None) -> _Partition | None:
-        """The partition locked (``row``, from a SKIP LOCKED read: None when another transaction
-        holds it or it is not there yet, then waited for a bounded time), and its holders counted
-        by a statement of their own: one that starts after the lock was granted, so it sees every
-        hold committed before (a count in the locking statement would not)."""
+        """The partition's row (None: not there yet, then created and locked, waiting a bounded
+        time), and its holders counted by a statement that starts after the lock was granted."""
         if row is None:
             self._bound_waits()
             row = _bounded(lambda: _lock_partition(limit, key))
@@ -325,12 +331,8 @@ class Gate:
             taken.append((spec, key, partition, numbers))
         for spec, key, partition, numbers in taken:
             partition.admitted += 1
-            # The row's state is read by rates (tat) and fairness (last admission) only; where rows
-            # are locked it is rewritten by every admission (the next claim's proof that its count
-            # is current, ``db.admission``).
-            partition.dirty = partition.row.pk is not None and (
-                numbers.rate is not None or spec.fair or admission.locks_rows()
-            )
+            # The row's state is read by rates (tat) and fairness (last admission) only.
+            partition.dirty = partition.row.pk is not None and (numbers.rate is not None or spec.fair)
             partition.row.last_admitted_at = self.now
             if numbers.rate is not None:
                 partition.row.tat = rules.next_tat(numbers.rate, partition.row.tat, self.now)
@@ -353,8 +355,7 @@ class Gate:
         """Write what this claim's admissions changed: the partitions' rate state and last
         admission, and the holds (a run's earlier holds replaced). Before the claim commits; the
         partitions' UPDATE and the holds' INSERT are left in ``writes``, for the claim to write
-        along its own statements. Where rows are locked, every partition admitted into is
-        rewritten (``db.admission``: the next claim's count is proven current by it)."""
+        along its own statements."""
         dirty = [p.row for p in self._partitions.values() if p is not None and p.dirty]
         self.writes = bulk.update_statements(
             LimitPartition,
