@@ -10,15 +10,17 @@ not tight, under the write lock its transaction holds.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
+from itertools import chain
 from typing import Any
 
 from django.db import connection
 
 from ..models import LEASED_STATES, LimitHold, Run, RunState
+from . import bulk
 
 
 @dataclass(frozen=True)
@@ -63,17 +65,25 @@ def _release_sql(vendor: str, prefix: str) -> str:
     )
 
 
-def release(run_ids: Collection[int], *, prefix: str) -> list[Freed]:
+def release(run_ids: Collection[int], *, prefix: str, along: Sequence[bulk.Statement] = ()) -> list[Freed]:
     """Delete the runs' holds; per (limit, key) they held, the slots freed, whether any was tight,
     and (where none was) whether the limit has blocked runs. Sorted by (limit, key): the order
-    releases lock partitions in. ``prefix`` starts a ``held_by`` that names a limit."""
+    releases lock partitions in. ``prefix`` starts a ``held_by`` that names a limit. ``along``:
+    statements written with it (the outcome's UPDATE of the runs): on PostgreSQL CTEs of its
+    statement, one round trip; elsewhere run first."""
     ids = list(run_ids)
     vendor = connection.vendor
+    if vendor == "postgresql":
+        sql, params = _release_sql(vendor, prefix), [ids]
+        if along:
+            ctes = ", ".join(f"along{i} AS ({st.sql})" for i, st in enumerate(along))
+            sql = f"WITH {ctes}, {sql.removeprefix('WITH ')}"
+            params = [*chain.from_iterable(st.params for st in along), *params]
+        rows = bulk.execute(sql, params)
+        freed = [Freed(limit, key, n, bool(tight), bool(blocked)) for limit, key, n, tight, blocked in rows]
+        return sorted(freed, key=lambda f: (f.limit, f.key))
+    bulk.run_all(along)
     with connection.cursor() as cursor:
-        if vendor == "postgresql":
-            cursor.execute(_release_sql(vendor, prefix), [ids])
-            freed = [Freed(limit, key, n, bool(tight), bool(blocked)) for limit, key, n, tight, blocked in cursor]
-            return sorted(freed, key=lambda f: (f.limit, f.key))
         cursor.execute(_release_sql(vendor, prefix), [json.dumps(ids)])
         pairs: dict[tuple[str, str], tuple[int, bool]] = {}
         for limit, key, tight in cursor.fetchall():

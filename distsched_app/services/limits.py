@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
@@ -445,14 +445,22 @@ def _room_to_prefetch(numbers: rules.Numbers, used: int, total_used: int) -> boo
 # -- release ----------------------------------------------------------------------------------
 
 
-def release(run_ids: Collection[int], *, now: datetime, replaced: Collection[int] = ()) -> list[int]:
+def release(
+    run_ids: Collection[int],
+    *,
+    now: datetime,
+    replaced: Collection[int] = (),
+    along: Sequence[bulk.Statement] = (),
+) -> list[int]:
     """In the transaction that ended these runs' attempts (they no longer hold a lease): free
     their slots and let blocked runs through; ``replaced`` are those of them with a cancel
     request, whose replacements (overlap=replace) may now start. Returns the runs let through.
-    No query at all while no limit is declared and no run was replaced."""
+    ``along``: the statement that ended them, written with the release (one round trip on
+    PostgreSQL), or alone while no limit is declared, when the release needs no query at all
+    (none either when no run was replaced)."""
     through: list[int] = []
     if run_ids and rules.declared():
-        for freed in holds.release(run_ids, prefix=PREFIX):  # one statement on PostgreSQL
+        for freed in holds.release(run_ids, prefix=PREFIX, along=along):  # one statement on PostgreSQL
             # Slots of a limit that was at most half full when they were taken: nothing can be
             # blocked behind them unless it filled up since, and then blocked runs are there to
             # see (the whole limit's: a total, declared or overridden, spans partitions). Only
@@ -460,6 +468,8 @@ def release(run_ids: Collection[int], *, now: datetime, replaced: Collection[int
             # committed, is the sweep's).
             if freed.tight or freed.blocked:
                 through += let_through(freed.limit, freed.key, now=now, at_most=freed.slots)
+    else:
+        bulk.run_all(along)
     if replaced:
         from . import replacement
 
