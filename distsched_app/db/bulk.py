@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import cache
 from itertools import chain
 from typing import Any, cast
 
@@ -68,9 +69,11 @@ def _fields(model: type[Model], names: Sequence[str]) -> list[Field]:
     return [_field(model, name) for name in names]
 
 
+@cache
 def _array_type(field: Field) -> str:
     """The element type of a column's array, without a length: ``varchar(10)`` -> ``varchar``
-    (a cast to ``varchar(10)[]`` would silently truncate, where the insert refuses)."""
+    (a cast to ``varchar(10)[]`` would silently truncate, where the insert refuses). Once per
+    field (a process talks to one database): every bulk statement of the hot path asks."""
     return re.sub(r"\(.*?\)", "", field.cast_db_type(connection))  # type: ignore[attr-defined]  # not in the stubs
 
 
@@ -105,8 +108,9 @@ def _chunks(columns: Columns) -> Iterator[Columns]:
         yield {name: values[start : start + ROWS_PER_STATEMENT] for name, values in columns.items()}
 
 
+@cache
 def _quoted(field: Field) -> str:
-    """A column name as SQL (``LimitHold``'s ``limit`` and ``key`` are reserved words)."""
+    """A column name as SQL (``LimitHold``'s ``limit`` and ``key`` are reserved words), once per field."""
     return connection.ops.quote_name(field.column)
 
 
