@@ -9,4 +9,6 @@ Nothing outside this package reads ``connection.vendor`` or ``connection.feature
     server       what only some servers tell: their clock, a row estimate, costly counts;
                  the database named for a log line (no credentials)
     retry        the one backoff-and-retry helper for transient database errors
+    admission    a claim's partition lock, bounded wait and count after it (and the overrides) in one round trip
+    holds        a release's delete of limit holds with its probe of blocked runs (one statement on PostgreSQL)
 """

@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import cache
 from itertools import chain
 from typing import Any, cast
 
@@ -38,6 +39,16 @@ class Bind:
     """One value bound once per statement, not per row (``insert_rows(select=...)``)."""
 
     value: Any
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A data-modifying statement and its parameters, written along an insert
+    (``insert_rows(along=...)``): on PostgreSQL a CTE of the same statement (one round trip for
+    both), elsewhere run before it."""
+
+    sql: str
+    params: list[Any]
 
 
 def _vendor_is_postgresql() -> bool:
@@ -58,9 +69,11 @@ def _fields(model: type[Model], names: Sequence[str]) -> list[Field]:
     return [_field(model, name) for name in names]
 
 
+@cache
 def _array_type(field: Field) -> str:
     """The element type of a column's array, without a length: ``varchar(10)`` -> ``varchar``
-    (a cast to ``varchar(10)[]`` would silently truncate, where the insert refuses)."""
+    (a cast to ``varchar(10)[]`` would silently truncate, where the insert refuses). Once per
+    field (a process talks to one database): every bulk statement of the hot path asks."""
     return re.sub(r"\(.*?\)", "", field.cast_db_type(connection))  # type: ignore[attr-defined]  # not in the stubs
 
 
@@ -95,8 +108,9 @@ def _chunks(columns: Columns) -> Iterator[Columns]:
         yield {name: values[start : start + ROWS_PER_STATEMENT] for name, values in columns.items()}
 
 
+@cache
 def _quoted(field: Field) -> str:
-    """A column name as SQL (``LimitHold``'s ``limit`` and ``key`` are reserved words)."""
+    """A column name as SQL (``LimitHold``'s ``limit`` and ``key`` are reserved words), once per field."""
     return connection.ops.quote_name(field.column)
 
 
@@ -195,6 +209,7 @@ def insert_rows(
     join: str = "",
     ordered: bool = False,
     returning: Sequence[str] = (),
+    along: Sequence[Statement] = (),
 ) -> list[tuple]:
     """Insert rows, given column by column (field name -> values), into ``model``'s table.
 
@@ -203,10 +218,15 @@ def insert_rows(
     and ``join`` (say ``f"JOIN {table(Schedule)} s ON s.id = u.schedule_id"``),
     or to a ``Bind`` value. ``ordered`` inserts in the order of the rows (ids
     follow it). ``returning`` fields are read back (datetimes aware, in UTC);
-    their order is the database's, not the rows'.
+    their order is the database's, not the rows'. ``along``: data-modifying statements written
+    with the insert (``Statement``), in one round trip on PostgreSQL.
     """
     if not _length(columns):
+        run_all(along)
         return []
+    if along and not _vendor_is_postgresql():
+        run_all(along)
+        along = ()
     into = f"INSERT INTO {table(model)}"
     plain = select is None and not join and not ordered  # each row as it is: the simplest statement
     if select is None:
@@ -234,6 +254,9 @@ def insert_rows(
             source, params = rows_source(model, chunk, ordinal="ord" if ordered else None)
             sql = f"{into} ({target}) SELECT {expressions} FROM {source} {join}{order}{tail}"
             params = [*binds, *params]
+        if along:  # PostgreSQL (one chunk): the statements as CTEs of this one
+            ctes = ", ".join(f"along{i} AS ({st.sql})" for i, st in enumerate(along))
+            sql, params = f"WITH {ctes} {sql}", [*chain.from_iterable(st.params for st in along), *params]
         returned.extend(execute(sql, params))
     if returned and not _vendor_is_postgresql():
         kinds = [f.get_internal_type() for f in _fields(model, returning)]
@@ -242,6 +265,27 @@ def insert_rows(
             converted = [map(_aware, c) if k == "DateTimeField" else c for k, c in zip(kinds, by_column, strict=True)]
             returned = list(zip(*converted, strict=True))
     return returned
+
+
+def run_all(statements: Sequence[Statement]) -> None:
+    """Run the statements one by one (``execute``)."""
+    for statement in statements:
+        execute(statement.sql, statement.params)
+
+
+def insert_statements(model: type[Model], columns: Columns) -> list[Statement]:
+    """``insert_rows``' plain insert of these rows as statements to write along another one
+    (``along``), not run here: one on PostgreSQL, one per ``ROWS_PER_STATEMENT`` rows elsewhere."""
+    into = f"INSERT INTO {table(model)} ({', '.join(_quoted(f) for f in _fields(model, list(columns)))})"
+    out = []
+    for chunk in _chunks(columns) if _length(columns) else ():
+        if _vendor_is_postgresql():
+            source, params = rows_source(model, chunk)
+            out.append(Statement(f"{into} SELECT * FROM {source}", params))
+        else:
+            values = ", ".join([f"({', '.join(['%s'] * len(chunk))})"] * _length(chunk))
+            out.append(Statement(f"{into} VALUES {values}", _values_params(_fields(model, list(chunk)), chunk)))
+    return out
 
 
 def _aware(value: datetime | str | None) -> datetime | None:
@@ -257,13 +301,21 @@ def update_from_rows(model: type[Model], key: str, columns: Columns) -> None:
     """``UPDATE ... SET field = u.field ... FROM <rows> WHERE key = u.key``: one statement
     (per chunk) for many rows instead of a CASE per row. ``columns`` holds ``key`` and
     the fields to set, column by column."""
+    run_all(update_statements(model, key, columns))
+
+
+def update_statements(model: type[Model], key: str, columns: Columns) -> list[Statement]:
+    """``update_from_rows``' statements, not run here (to be written along another one)."""
     if not _length(columns):
-        return
+        return []
     table_sql = table(model)
     key_column = _quoted(_field(model, key))
     sets = ", ".join(
         f"{_quoted(f)} = u.{_quoted(f)}" for f in _fields(model, [name for name in columns if name != key])
     )
+    out = []
     for chunk in _chunks(columns):
         source, params = rows_source(model, chunk)
-        execute(f"UPDATE {table_sql} SET {sets} FROM {source} WHERE {table_sql}.{key_column} = u.{key_column}", params)
+        sql = f"UPDATE {table_sql} SET {sets} FROM {source} WHERE {table_sql}.{key_column} = u.{key_column}"
+        out.append(Statement(sql, params))
+    return out

@@ -134,26 +134,40 @@ def _runs(rows: Sequence[Sequence[Any]]) -> list[Run]:
 def _waiting_sql(vendor: str, queues: int, excluded: int = 0, skipping: bool = False) -> str:
     """The select of the due runs (with their schedules) for a worker of ``queues`` queues (0: any)
     that may not take runs of ``excluded`` tasks, ``skipping`` some ids; on PostgreSQL the runs
-    are locked ``FOR UPDATE SKIP LOCKED`` (SQLite's transaction holds the write lock)."""
+    are locked ``FOR UPDATE SKIP LOCKED`` (SQLite's transaction holds the write lock).
+
+    On PostgreSQL the runs are picked (and locked) by a subquery and their schedules joined to
+    the picked ones only: joined first, a planner that scans the waiting runs (a small table)
+    joined and sorted every one of them with its schedule (6 ms against 1-2 ms at a few thousand
+    runs). The locked rows a subquery returns are their latest versions, as a top-level ``FOR
+    UPDATE``'s. SQLite walks the claim index and joins each run's schedule as it goes (its
+    nested loop stops at the limit), so there the join comes first: no sort at all."""
     runs, schedules = _q(Run._meta.db_table), _q(Schedule._meta.db_table)
     # Literals, so that SQLite sees the partial claim index's predicate (see models._literal_states).
     waiting = ", ".join(f"'{s}'" for s in WAITING_STATES)
-    where = f"c.state IN ({waiting}) AND c.available_at <= %s"
+    where = f"w.state IN ({waiting}) AND w.available_at <= %s"
     if queues:
-        where += f" AND c.queue IN ({', '.join(['%s'] * queues)})"
-    where += f" AND {not_paused_sql('c.queue')}"
+        where += f" AND w.queue IN ({', '.join(['%s'] * queues)})"
+    where += f" AND {not_paused_sql('w.queue')}"
     if excluded:
-        where += f" AND c.task_name NOT IN ({', '.join(['%s'] * excluded)})"
+        where += f" AND w.task_name NOT IN ({', '.join(['%s'] * excluded)})"
     if skipping:
         where += (
-            " AND c.id <> ALL(%s)" if vendor == "postgresql" else " AND c.id NOT IN (SELECT value FROM json_each(%s))"
+            " AND w.id <> ALL(%s)" if vendor == "postgresql" else " AND w.id NOT IN (SELECT value FROM json_each(%s))"
         )
-    run_cols = ", ".join(f"c.{_q(f.column)}" for f in _columns(Run))
+    picked = "w" if vendor != "postgresql" else "c"  # the runs as the outer select names them
+    run_cols = ", ".join(f"{picked}.{_q(f.column)}" for f in _columns(Run))
     schedule_cols = ", ".join(f"s.{_q(f.column)}" for f in _columns(Schedule))
-    lock = " FOR UPDATE OF c SKIP LOCKED" if vendor == "postgresql" else ""
+    order = "ORDER BY {0}.priority DESC, {0}.available_at, {0}.id"
+    if vendor != "postgresql":
+        return (
+            f"SELECT {run_cols}, {schedule_cols} FROM {runs} AS w LEFT JOIN {schedules} AS s "  # noqa: S608
+            f"ON s.id = w.schedule_id WHERE {where} {order.format('w')} LIMIT %s"
+        )
     return (
-        f"SELECT {run_cols}, {schedule_cols} FROM {runs} AS c LEFT JOIN {schedules} AS s "  # noqa: S608
-        f"ON s.id = c.schedule_id WHERE {where} ORDER BY c.priority DESC, c.available_at, c.id LIMIT %s{lock}"
+        f"SELECT {run_cols}, {schedule_cols} FROM (SELECT * FROM {runs} AS w WHERE {where} "  # noqa: S608
+        f"{order.format('w')} LIMIT %s FOR UPDATE SKIP LOCKED) AS c LEFT JOIN {schedules} AS s "
+        f"ON s.id = c.schedule_id {order.format('c')}"
     )
 
 
@@ -223,6 +237,15 @@ def mark_claimed(runs: Sequence[Run], *, started: int, worker_id: str, expires: 
     """The claim's one UPDATE of the runs it took (already locked, or under SQLite's write lock):
     the first ``started`` of them ``running`` (started now), the others ``leased``; each owned by
     ``worker_id`` until ``expires`` at its next attempt. The instances follow."""
+    statement = mark_statement(runs, started=started, worker_id=worker_id, expires=expires, now=now)
+    bulk.execute(statement.sql, statement.params)
+
+
+def mark_statement(
+    runs: Sequence[Run], *, started: int, worker_id: str, expires: datetime, now: datetime
+) -> bulk.Statement:
+    """``mark_claimed``'s UPDATE as a statement to write along the claim's events (one round trip
+    on PostgreSQL, ``events.record_many(along=...)``), not run here. The instances follow now."""
     vendor = connection.vendor
 
     def ids(rows: Sequence[Run]) -> list[int] | str:
@@ -231,8 +254,9 @@ def mark_claimed(runs: Sequence[Run], *, started: int, worker_id: str, expires: 
 
     first = ids(runs[:started])
     adapt = connection.ops.adapt_datetimefield_value
-    with connection.cursor() as cursor:
-        cursor.execute(_mark_sql(vendor), [first, worker_id, adapt(expires), first, adapt(now), adapt(now), ids(runs)])
+    statement = bulk.Statement(
+        _mark_sql(vendor), [first, worker_id, adapt(expires), first, adapt(now), adapt(now), ids(runs)]
+    )
     for i, run in enumerate(runs):
         run.state = RunState.RUNNING if i < started else RunState.LEASED
         run.lease_owner = worker_id
@@ -242,6 +266,7 @@ def mark_claimed(runs: Sequence[Run], *, started: int, worker_id: str, expires: 
         run.held_by = ""
         if i < started:
             run.started_at = now
+    return statement
 
 
 def claim_waiting(

@@ -155,11 +155,16 @@ def claim_runs(
         elif len(candidates) < limit:
             candidates += claims.lock_waiting(queues=queues, excluded=excluded, now=now, limit=limit - len(candidates))
         if not candidates:
-            events.record_many(new_events)
+            events.record_many(new_events, along=gate.writes if limited else ())
             return []
         # Keys alone suffice: the rows read above are locked until COMMIT (see the module docstring).
         started = candidates if start_all else candidates[:1]
-        claims.mark_claimed(candidates, started=len(started), worker_id=worker_id, expires=expires, now=now)
+        # Written with the events below (with the limit holds admission took): one round trip on PostgreSQL.
+        writes = [
+            claims.mark_statement(candidates, started=len(started), worker_id=worker_id, expires=expires, now=now)
+        ]
+        if limited:
+            writes += gate.writes
         for run in candidates:
             new_events.append(
                 events.NewEvent(
@@ -180,7 +185,7 @@ def claim_runs(
                     attempt=run.attempts,
                 )
             )
-        events.record_many(new_events)
+        events.record_many(new_events, along=writes)
     return candidates
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -61,16 +61,18 @@ def record(
     return event
 
 
-def record_many(events: Iterable[NewEvent]) -> None:
+def record_many(events: Iterable[NewEvent], *, along: Sequence[bulk.Statement] = ()) -> None:
     """Append several events at once (tick and batch outcomes).
 
     Written as one bulk insert (``db.bulk``) rather than ``bulk_create`` because
     it sits on the worker's hot path: building model instances cost more than
-    the insert itself.
+    the insert itself. ``along``: statements written with it (a claim's UPDATE of its runs
+    and its limit holds: one round trip on PostgreSQL, ``bulk.insert_rows``).
     """
     events = list(events)
     if any(e.data is not None for e in events):
         # A failure's exception details (JSON): rare, so the ORM writes them in one INSERT.
+        bulk.run_all(along)
         RunEvent.objects.bulk_create([_build(e) for e in events])
         return
     bulk.insert_rows(
@@ -83,6 +85,7 @@ def record_many(events: Iterable[NewEvent]) -> None:
             "attempt": [e.attempt for e in events],
             "created_at": [e.now for e in events],
         },
+        along=along,
     )
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
@@ -40,7 +40,7 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import Count, F, Q
 
 from ..clock import iso_utc
-from ..db import bulk, locks, notify
+from ..db import admission, bulk, holds, locks, notify
 from ..models import LEASED_STATES, EventType, Limit, LimitHold, LimitPartition, Run, RunState
 from . import events
 from . import limit_rules as rules
@@ -85,15 +85,8 @@ def active_overrides(now: datetime) -> dict[str, dict[str, Any]]:
 
 def in_use(limit: str, now: datetime, *, key: str | None = None, worker_id: str | None = None) -> int:
     """Runs holding a slot of the limit (of one partition, of one worker): admitted and still
-    leased or running at that attempt, with a live lease."""
-    qs = LimitHold.objects.filter(
-        limit=limit, run__state__in=list(LEASED_STATES), run__lease_expires_at__gt=now, run__attempts=F("attempt")
-    )
-    if key is not None:
-        qs = qs.filter(key=key)
-    if worker_id is not None:
-        qs = qs.filter(run__lease_owner=worker_id)
-    return qs.count()
+    leased or running at that attempt, with a live lease (``db.holds.count_live``)."""
+    return holds.count_live(limit, now, key=key, worker_id=worker_id)
 
 
 def holders(limit: str, key: str | None, now: datetime) -> list[int]:
@@ -168,6 +161,19 @@ class _Partition:
     dirty: bool = False
 
 
+@dataclass
+class _Hold:
+    """A ``LimitHold`` row this claim writes (a plain object: a model instance per admitted run
+    cost more than the row's INSERT)."""
+
+    run_id: int
+    limit: str
+    key: str
+    attempt: int
+    worker_id: str
+    tight: bool = True
+
+
 class Gate:
     """One claim's admission decisions, inside its transaction.
 
@@ -191,32 +197,58 @@ class Gate:
         self._partitions: dict[tuple[str, str], _Partition | None] = {}
         self._totals: dict[str, int | None] = {}  # limit -> holders in all partitions (None: locked elsewhere)
         self._local: Counter[str] = Counter()
-        self._holds: list[LimitHold] = []
+        self._holds: list[_Hold] = []
         self._again: list[int] = []
         self._bounded = False  # the claim's lock_timeout is set (PostgreSQL)
         self._throttled: Counter[tuple[str, str]] = Counter()
+        # Statements left for the claim to write (the holds' INSERT), set by ``finish``.
+        self.writes: list[bulk.Statement] = []
 
     def overrides(self) -> dict[str, dict[str, Any]]:
         if self._overrides is None:
             self._overrides = active_overrides(self.now)
         return self._overrides
 
+    def _first_lock(self, limit: str, key: str) -> None:
+        """Where rows are locked (PostgreSQL): the claim's first partition, locked and counted by
+        the round trip that also reads the overrides in force (``db.admission``)."""
+        self._partitions[(limit, key)] = self._locked(limit, key, overrides=True)
+
+    def _locked(self, limit: str, key: str, *, overrides: bool = False) -> _Partition | None:
+        """PostgreSQL: the partition's row locked (waiting ``CLAIM_LOCK_TIMEOUT_MS`` at most)
+        and its holders counted after the lock was granted, one round trip; None if the lock
+        was not granted in time."""
+        got = admission.lock_and_count(limit, key, self.now, timeout_ms=CLAIM_LOCK_TIMEOUT_MS, overrides=overrides)
+        if got is None:
+            return None
+        if got.overrides is not None:
+            self._overrides = got.overrides
+        if got.partition is None:  # first use: created, then locked and counted
+            return self._counted(limit, key, None)
+        return _Partition(got.partition, got.holders)
+
     def _partition(self, limit: str, key: str, *, stateful: bool) -> _Partition | None:
         """The partition, locked and counted once per claim. Its row is read only where it is a
         lock (PostgreSQL) or holds state this admission needs (a rate's, or fairness's);
         ``stateful`` says the latter. SQLite's claim holds the write lock: no row to lock."""
         if (limit, key) not in self._partitions:
-            if stateful or connection.features.has_select_for_update:
-                # Free (the usual case): one statement. Held by another transaction, or not there
-                # yet: wait a bounded time for it.
-                row = locks.skip_locked(LimitPartition.objects.filter(limit=limit, key=key)).first()
-                if row is None:
-                    self._bound_waits()
-                    row = _bounded(lambda: _lock_partition(limit, key))
+            if admission.locks_rows():
+                self._partitions[(limit, key)] = self._locked(limit, key)
+            elif stateful:
+                self._partitions[(limit, key)] = self._counted(limit, key, _lock_partition(limit, key))
             else:
-                row = LimitPartition(limit=limit, key=key)
-            self._partitions[(limit, key)] = None if row is None else _Partition(row, in_use(limit, self.now, key=key))
+                self._partitions[(limit, key)] = _Partition(
+                    LimitPartition(limit=limit, key=key), in_use(limit, self.now, key=key)
+                )
         return self._partitions[(limit, key)]
+
+    def _counted(self, limit: str, key: str, row: LimitPartition | None) -> _Partition | None:
+        """The partition's row (None: not there yet, then created and locked, waiting a bounded
+        time), and its holders counted by a statement that starts after the lock was granted."""
+        if row is None:
+            self._bound_waits()
+            row = _bounded(lambda: _lock_partition(limit, key))
+        return None if row is None else _Partition(row, in_use(limit, self.now, key=key))
 
     def _total(self, limit: str) -> int | None:
         if limit not in self._totals:
@@ -267,6 +299,8 @@ class Gate:
         taken: list[tuple[rules.LimitSpec, str, _Partition, rules.Numbers]] = []
         roomy = True  # every limit of the run at most half full with it (no rate, no local cap)
         for spec, key in pairs:
+            if self._overrides is None and admission.locks_rows():
+                self._first_lock(spec.name, key)
             numbers = spec.numbers_for(key, self.overrides().get(spec.name))
             total_used = self._total(spec.name) if numbers.total is not None else 0  # an override may set one
             stateful = numbers.rate is not None or spec.fair
@@ -306,7 +340,7 @@ class Gate:
                 self._totals[spec.name] = (self._totals[spec.name] or 0) + 1
             self._local[spec.name] += 1
             self._holds.append(
-                LimitHold(run_id=run.pk, limit=spec.name, key=key, attempt=run.attempts + 1, worker_id=self.worker_id)
+                _Hold(run_id=run.pk, limit=spec.name, key=key, attempt=run.attempts + 1, worker_id=self.worker_id)
             )
         if run.attempts:
             self._again.append(run.pk)  # a retry or a re-run: its earlier attempt's holds are replaced
@@ -319,18 +353,25 @@ class Gate:
 
     def finish(self) -> None:
         """Write what this claim's admissions changed: the partitions' rate state and last
-        admission, and the holds (a run's earlier holds replaced). Before the claim commits."""
-        for partition in self._partitions.values():
-            if partition is not None and partition.dirty:
-                LimitPartition.objects.filter(pk=partition.row.pk).update(
-                    tat=partition.row.tat, last_admitted_at=partition.row.last_admitted_at
-                )
+        admission, and the holds (a run's earlier holds replaced). Before the claim commits; the
+        partitions' UPDATE and the holds' INSERT are left in ``writes``, for the claim to write
+        along its own statements."""
+        dirty = [p.row for p in self._partitions.values() if p is not None and p.dirty]
+        self.writes = bulk.update_statements(
+            LimitPartition,
+            "id",
+            {
+                "id": [row.pk for row in dirty],
+                "tat": [row.tat for row in dirty],
+                "last_admitted_at": [row.last_admitted_at for row in dirty],
+            },
+        )
         if self._bounded:
             _claim_lock_timeout(False)
         if self._again:
             LimitHold.objects.filter(run_id__in=self._again).delete()
         if self._holds:  # one INSERT written by db.bulk (bulk_create cost more than the statement)
-            bulk.insert_rows(
+            self.writes += bulk.insert_statements(
                 LimitHold,
                 {
                     "run": [h.run_id for h in self._holds],
@@ -404,45 +445,36 @@ def _room_to_prefetch(numbers: rules.Numbers, used: int, total_used: int) -> boo
 # -- release ----------------------------------------------------------------------------------
 
 
-def release(run_ids: Collection[int], *, now: datetime, replaced: Collection[int] = ()) -> list[int]:
+def release(
+    run_ids: Collection[int],
+    *,
+    now: datetime,
+    replaced: Collection[int] = (),
+    along: Sequence[bulk.Statement] = (),
+) -> list[int]:
     """In the transaction that ended these runs' attempts (they no longer hold a lease): free
     their slots and let blocked runs through; ``replaced`` are those of them with a cancel
     request, whose replacements (overlap=replace) may now start. Returns the runs let through.
-    No query at all while no limit is declared and no run was replaced."""
+    ``along``: the statement that ended them, written with the release (one round trip on
+    PostgreSQL), or alone while no limit is declared, when the release needs no query at all
+    (none either when no run was replaced)."""
     through: list[int] = []
     if run_ids and rules.declared():
-        for (limit, key), (freed, tight) in _delete_holds(run_ids):
+        for freed in holds.release(run_ids, prefix=PREFIX, along=along):  # one statement on PostgreSQL
             # Slots of a limit that was at most half full when they were taken: nothing can be
             # blocked behind them unless it filled up since, and then blocked runs are there to
-            # see. Only then is the partition locked (a run blocked in the same instant, not yet
+            # see (the whole limit's: a total, declared or overridden, spans partitions). Only
+            # then is the partition locked (a run blocked in the same instant, not yet
             # committed, is the sweep's).
-            if tight or _blocked_in(limit, key):
-                through += let_through(limit, key, now=now, at_most=freed)
+            if freed.tight or freed.blocked:
+                through += let_through(freed.limit, freed.key, now=now, at_most=freed.slots)
+    else:
+        bulk.run_all(along)
     if replaced:
         from . import replacement
 
         through += replacement.release_replacements(list(replaced), now)
     return through
-
-
-def _delete_holds(run_ids: Collection[int]) -> list[tuple[tuple[str, str], tuple[int, bool]]]:
-    """Delete the runs' holds; the (limit, key) pairs they held with how many slots each freed and
-    whether any was tight, sorted (the order releases lock partitions in). One statement."""
-    table = connection.ops.quote_name(LimitHold._meta.db_table)
-    ids = list(run_ids)
-    sql = f'DELETE FROM {table} WHERE run_id IN ({", ".join(["%s"] * len(ids))}) RETURNING "limit", "key", "tight"'  # noqa: S608
-    with connection.cursor() as cursor:
-        cursor.execute(sql, ids)
-        freed: dict[tuple[str, str], tuple[int, bool]] = {}
-        for limit, key, tight in cursor.fetchall():
-            n, any_tight = freed.get((limit, key), (0, False))
-            freed[(limit, key)] = (n + 1, any_tight or bool(tight))
-        return sorted(freed.items())
-
-
-def _blocked_in(limit: str, key: str) -> bool:
-    """Whether the limit has blocked runs (any partition: a superset is safe): one index probe."""
-    return _blocked(limit).exists()  # the whole limit: a total (declared or overridden) spans partitions
 
 
 def _blocked(limit: str, key: str | None = None):

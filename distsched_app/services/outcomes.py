@@ -20,7 +20,7 @@ from django.db.models import F
 from ..backoff import RetryPolicy
 from ..clock import iso_utc
 from ..conf import conf
-from ..db import fencing, locks, notify
+from ..db import bulk, fencing, locks, notify
 from ..models import LEASED_STATES, EventType, Run, RunState
 from ..text import storable, storable_json
 from . import events, limits, task_options, workflow_release
@@ -193,10 +193,15 @@ def record_successes(*, worker_id: str, successes: list[Success], now: datetime)
         )
         ok = [by_id[run_id] for run_id in held]
         if ok:
-            _mark_succeeded(ok, worker_id, now, results)
-            limits.release([s.run_id for s in ok], now=now, replaced=[s.run_id for s in ok if held[s.run_id][0]])
+            # The UPDATE is written with the release of their limit slots (one round trip on PostgreSQL).
+            marked = _mark_succeeded(ok, worker_id, now)
+            ids = [s.run_id for s in ok]
+            limits.release(ids, now=now, replaced=[i for i in ids if held[i][0]], along=[marked])
+            for run_id in ids:
+                if results.get(run_id) is not None:
+                    Run.objects.filter(pk=run_id).update(result=results[run_id])
             nodes = {s.run_id: held[s.run_id][1] for s in ok if held[s.run_id][1] is not None}
-            if nodes:  # runs of workflows: their downstream nodes, in this transaction
+            if nodes:  # runs of workflows: their downstream nodes, in this transaction (after the UPDATE above)
                 workflow_release.ended(
                     dict.fromkeys(nodes, RunState.SUCCEEDED.value), now=now, workflow_ids=nodes.values()
                 )
@@ -242,11 +247,12 @@ def record_successes(*, worker_id: str, successes: list[Success], now: datetime)
     return lost
 
 
-def _mark_succeeded(items: list[Success], worker_id: str, now: datetime, results: dict[int, object]) -> None:
-    """One UPDATE for the batch, with per-run start and finish times.
+def _mark_succeeded(items: list[Success], worker_id: str, now: datetime) -> bulk.Statement:
+    """One UPDATE for the batch, with per-run start and finish times, returned to be written
+    along the release (results, rare for no-op style tasks, are set per run after it).
 
     Plain SQL: on the hot path, compiling ORM ``Case`` expressions cost more
-    than the statement. Results (rare for no-op style tasks) are set per run.
+    than the statement.
     """
     ops = connection.ops
     table = ops.quote_name(Run._meta.db_table)
@@ -262,11 +268,7 @@ def _mark_succeeded(items: list[Success], worker_id: str, now: datetime, results
         f"UPDATE {table} SET state = %s, lease_owner = '', lease_expires_at = NULL, updated_at = %s, "  # noqa: S608
         f"{', '.join(cases)} WHERE id IN ({placeholders}) AND lease_owner = %s"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *ids, worker_id])
-    for s in items:
-        if results.get(s.run_id) is not None:
-            Run.objects.filter(pk=s.run_id).update(result=results[s.run_id])
+    return bulk.Statement(sql, [*params, *ids, worker_id])
 
 
 @dataclass(frozen=True, kw_only=True)

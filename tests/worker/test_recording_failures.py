@@ -129,12 +129,12 @@ def test_an_event_insert_that_fails_inside_an_outcome_rolls_it_back_and_is_survi
     real = events.record_many
     state = {"failed": False}
 
-    def record_many(new):
+    def record_many(new, **kwargs):
         new = list(new)
         if not state["failed"] and any(e.event_type == EventType.SUCCEEDED for e in new):
             state["failed"] = True
             raise boom(kind)
-        return real(new)
+        return real(new, **kwargs)
 
     monkeypatch.setattr(events, "record_many", record_many)
     assert serve_both(scheduler) == 2
