@@ -24,12 +24,24 @@ def human_duration(value: float | timedelta | None) -> str:
         return f"{sign}{_three_digits(seconds * 1000)} ms"
     if seconds < 60:
         return f"{sign}{_three_digits(seconds)} s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{sign}{whole // 60} min {whole % 60} s"
-    if whole < 86400:
-        return f"{sign}{whole // 3600} h {whole % 3600 // 60} min"
-    return f"{sign}{whole // 86400} d {whole % 86400 // 3600} h"
+    big, big_unit, small, small_unit = whole_units(int(seconds))
+    return f"{sign}{big} {big_unit} {small} {small_unit}"
+
+
+def whole_units(seconds: int, *, switch_at: int = 1) -> tuple[int, str, int, str]:
+    """``seconds`` (a minute or more) in its two largest whole units: ``(12, "min", 5, "s")``,
+    ``(3, "h", 4, "min")``, ``(2, "d", 3, "h")``. A unit is used from ``switch_at`` of it on
+    (2: 90 min reads ``(90, "min", 0, "s")``). The ladder the admin, the CLI and ``human_duration`` share."""
+    if seconds < 3600 * switch_at:
+        return seconds // 60, "min", seconds % 60, "s"
+    if seconds < 86400 * switch_at:
+        return seconds // 3600, "h", seconds % 3600 // 60, "min"
+    return seconds // 86400, "d", seconds % 86400 // 3600, "h"
+
+
+def short_unit(unit: str) -> str:
+    """The compact spelling of a ``whole_units`` unit (``min`` -> ``m``), for the CLI's and the admin's ages."""
+    return "m" if unit == "min" else unit
 
 
 def _three_digits(number: float) -> str:

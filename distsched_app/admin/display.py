@@ -14,7 +14,7 @@ from django.db.models import Model
 from django.urls import reverse
 from django.utils.html import format_html
 
-from ..durations import human_duration
+from ..durations import human_duration, short_unit, whole_units
 
 duration = human_duration
 """A duration in the unit that fits its size (``850 µs``, ``12.3 ms``, ``4.21 s``, ``12 min 5 s``)."""
@@ -52,12 +52,8 @@ def age(seconds: float) -> str:
     seconds = max(int(seconds), 0)
     if seconds < 120:
         return f"{seconds}s"
-    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
-    if seconds < 7200:
-        return f"{minutes}m {seconds % 60}s"
-    if seconds < 172800:
-        return f"{hours}h {minutes % 60}m"
-    return f"{days}d {hours % 24}h"
+    big, big_unit, small, small_unit = whole_units(seconds, switch_at=2)
+    return f"{big}{short_unit(big_unit)} {small}{short_unit(small_unit)}"
 
 
 def state_badge(state: str) -> str:

@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F
 
 from ..backoff import RetryPolicy
 from ..clock import iso_utc
@@ -23,7 +22,7 @@ from ..conf import conf
 from ..db import bulk, fencing, locks, notify
 from ..models import LEASED_STATES, EventType, Run, RunState
 from ..text import storable, storable_json
-from . import events, limits, task_options, workflow_release
+from . import events, handback, limits, task_options, workflow_release
 
 
 def truncate_error(text: str, limit: int | None = None) -> str:
@@ -342,16 +341,7 @@ def release_runs(*, worker_id: str, held: dict[int, int], now: datetime) -> int:
         ]
         if not ids:
             return 0
-        notify.notify(Run.objects.filter(pk__in=ids).values_list("queue", flat=True))  # claimable again at once
-        Run.objects.filter(pk__in=ids, lease_owner=worker_id, state=RunState.LEASED).update(
-            state=RunState.PENDING,
-            lease_owner="",
-            lease_expires_at=None,
-            available_at=now,
-            attempts=F("attempts") - 1,
-            updated_at=now,
-        )
-        limits.release(ids, now=now, replaced=ids)
+        handback.hand_back(ids, worker_id=worker_id, states=[RunState.LEASED], available_at=now, now=now)
         events.record_many(
             events.NewEvent(
                 run_id=run_id,

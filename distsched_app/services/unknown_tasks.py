@@ -15,11 +15,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Count, F
+from django.db.models import Count
 
-from ..db import fencing, notify
-from ..models import LEASED_STATES, WAITING_STATES, EventType, QueuePause, Run, RunEvent, RunState, Worker
-from . import events, limits
+from ..db import fencing
+from ..models import LEASED_STATES, WAITING_STATES, EventType, QueuePause, Run, RunEvent, Worker
+from . import events, handback
 
 REASON = "unknown_task"
 # A run released again and again (several old workers, or none has the task) comes back later
@@ -48,19 +48,16 @@ def release_unknown(*, worker_id: str, run_id: int, attempt: int, task_name: str
             return False
         before = RunEvent.objects.filter(run_id=run_id, event_type=EventType.RELEASED, data__reason=REASON).count()
         available = now + timedelta(seconds=release_delay(before))
-        Run.objects.filter(pk=run_id, lease_owner=worker_id, attempts=attempt, state__in=LEASED_STATES).update(
-            state=RunState.PENDING,
-            lease_owner="",
-            lease_expires_at=None,
+        handback.hand_back(
+            [run_id],
+            worker_id=worker_id,
+            states=LEASED_STATES,
             available_at=available,
-            attempts=F("attempts") - 1,
+            now=now,
+            attempt=attempt,
             # No attempt ran: a run never attempted before has not started.
-            **({"started_at": None} if attempt <= 1 else {}),
-            updated_at=now,
+            unstarted=attempt <= 1,
         )
-        limits.release([run_id], now=now, replaced=[run_id])
-        if available <= now:
-            notify.notify(Run.objects.filter(pk=run_id).values_list("queue", flat=True))
         events.record_many(
             [
                 events.NewEvent(

@@ -55,28 +55,20 @@ class Recorder:
         if attempt.unknown:
             return self._release_unknown(attempt)
         if attempt.failed:
-            with self.lock:
-                try:
-                    state = self.call(
-                        outcomes.record_failure,
-                        runs={attempt.run_id: attempt.number},
-                        outcome="failed",
-                        run_id=attempt.run_id,
-                        worker_id=w.worker_id,
-                        attempt=attempt.number,
-                        error=attempt.error,
-                        traceback_text=attempt.tb,
-                        cancelled=attempt.cancelled,
-                        final=attempt.final,
-                        exception_class_path=attempt.error_class,
-                        exception_type=attempt.error_type,
-                        started_at=attempt.started_at,
-                        record_started=not attempt.started_recorded,
-                    )
-                    label = state or "lease_lost"
-                except NotRecorded:
-                    state, label = None, "unrecorded"
-                w.held.release(attempt.run_id)
+            state, recorded = self._settle_one(
+                attempt,
+                outcomes.record_failure,
+                outcome="failed",
+                error=attempt.error,
+                traceback_text=attempt.tb,
+                cancelled=attempt.cancelled,
+                final=attempt.final,
+                exception_class_path=attempt.error_class,
+                exception_type=attempt.error_type,
+                started_at=attempt.started_at,
+                record_started=not attempt.started_recorded,
+            )
+            label = (state or "lease_lost") if recorded else "unrecorded"
             self._log_finished(attempt, state, label)
             frameworks.finished(w, attempt, state)
             return Execution(
@@ -98,24 +90,37 @@ class Recorder:
             state = None if lost is None or attempt.run_id in lost else state
         return Execution(run_id=attempt.run_id, attempt=attempt.number, state=state, duration=attempt.duration)
 
+    def _settle_one(self, attempt: Attempt, fn: Callable[..., Any], *, outcome: str, **kwargs: Any) -> tuple[Any, bool]:
+        """Call outcome service ``fn`` for one attempt under the lock (fenced on this worker and the
+        attempt), then stop holding the run: ``(fn's answer, True)``, or ``(None, False)`` when it
+        could not be recorded."""
+        w = self.worker
+        with self.lock:
+            try:
+                answer = self.call(
+                    fn,
+                    runs={attempt.run_id: attempt.number},
+                    outcome=outcome,
+                    run_id=attempt.run_id,
+                    worker_id=w.worker_id,
+                    attempt=attempt.number,
+                    **kwargs,
+                )
+                recorded = True
+            except NotRecorded:
+                answer, recorded = None, False
+            w.held.release(attempt.run_id)
+        return answer, recorded
+
     def _release_unknown(self, attempt: Attempt) -> Execution:
         """Give back a run whose task is not registered here, its attempt unused (``worker.guard``)."""
         w = self.worker
         run = attempt.run
-        with self.lock:
-            try:
-                released = self.call(
-                    unknown_tasks.release_unknown,
-                    runs={attempt.run_id: attempt.number},
-                    outcome="released",
-                    worker_id=w.worker_id,
-                    run_id=attempt.run_id,
-                    attempt=attempt.number,
-                    task_name=run.task_name,
-                )
-            except NotRecorded:
-                released = False  # still leased to us: lease expiry hands it to another worker
-            w.held.release(attempt.run_id)
+        # Not recorded: still leased to us, lease expiry hands it to another worker.
+        answer, _ = self._settle_one(
+            attempt, unknown_tasks.release_unknown, outcome="released", task_name=run.task_name
+        )
+        released = bool(answer)
         w.log(
             logging.INFO,
             "run released: task not registered here",

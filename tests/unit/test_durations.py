@@ -33,3 +33,14 @@ def test_units_fit_the_size(seconds, text):
 def test_timedeltas_and_the_admin_alias():
     assert human_duration(timedelta(milliseconds=1500)) == "1.50 s"
     assert duration is human_duration
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "-"), (0.00057, "0.57ms"), (0.85, "850ms"), (4.2, "4.2s"), (185, "3m05s"), (7800, "2h10m"),
+     (273600, "3d04h"), (-185, "-3m05s")],
+)  # fmt: skip
+def test_the_cli_keeps_its_compact_spelling_on_the_shared_ladder(seconds, text):
+    from distsched_app.management.cli.tables import seconds as cli_seconds
+
+    assert cli_seconds(seconds) == text

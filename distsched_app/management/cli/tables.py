@@ -6,6 +6,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from ...durations import short_unit, whole_units
+
 
 def when(value: datetime | None) -> str:
     """UTC to the second, ``2026-03-02T09:00:00Z``; ``-`` when unset."""
@@ -24,12 +26,8 @@ def seconds(value: float | None) -> str:
         return f"{sign}{value * 1000:.3g}ms"
     if value < 60:
         return f"{sign}{value:.1f}s"
-    whole = int(value)
-    if whole < 3600:
-        return f"{sign}{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{sign}{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{sign}{whole // 86400}d{whole % 86400 // 3600:02d}h"
+    big, big_unit, small, small_unit = whole_units(int(value))
+    return f"{sign}{big}{short_unit(big_unit)}{small:02d}{short_unit(small_unit)}"
 
 
 def cell(value: Any) -> str:
