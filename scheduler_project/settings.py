@@ -147,6 +147,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Runs, workflows and bulk actions each have a "state": one enum name per choice set.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStateEnum": "distsched_app.models.RunState",
+        "WorkflowStateEnum": "distsched_app.workflow_models.WorkflowState",
+        "BulkActionStateEnum": "distsched_app.bulk_models.BulkState",
+    },
 }
 
 DISTSCHED: dict[str, Any] = {}

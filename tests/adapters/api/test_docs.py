@@ -63,6 +63,8 @@ def test_schema_is_valid_openapi_3_covering_every_endpoint(api, url):
         "queue",
         "origin",
         "priority",
+        "since",
+        "until",
     }
     cancel = set(schema["paths"]["/api/runs/{id}/cancel/"]["post"]["responses"])
     assert {"200", "400", "401", "403", "404", "409", "413", "415"} == cancel
