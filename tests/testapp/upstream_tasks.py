@@ -62,3 +62,10 @@ def own_id(context: Any) -> str:
 @framework_task(takes_context=True)
 def checks_attempt(context: Any, attempt: int) -> None:
     assert context.attempt == attempt
+
+
+@framework_task
+def sleep_for(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
