@@ -30,6 +30,7 @@ def tasks():
 
     @task("timeouts.blocks", timeout=0.2, max_attempts=2, retry_base_seconds=0)
     def blocks(context) -> None:
+        SEEN.append(threading.current_thread())
         RELEASE.wait(10)
         SEEN.append(("cancel_requested", context.cancel_requested()))
 
@@ -69,7 +70,8 @@ def test_a_sync_task_past_its_timeout_fails_and_is_retried_and_the_worker_moves_
     assert "took longer than its timeout of 0.2 s" in run.last_error
     assert "TaskTimeout" in run.last_error
     # The call goes on in its thread: released, it sees its context asking it to stop.
-    (thread,) = [t for t in threading.enumerate() if t.name == f"distsched-run-{run.pk}"]
+    thread = SEEN.pop(0)
+    assert thread is not threading.current_thread() and thread.name == f"distsched-run-{run.pk}" and thread.daemon
     RELEASE.set()
     thread.join(5)
     assert SEEN == [("cancel_requested", True)]
