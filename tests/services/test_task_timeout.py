@@ -179,3 +179,12 @@ def test_a_schedules_runs_take_the_tasks_declared_priority(scheduler, clock, set
         assert scheduler.trigger("u").priority == 2
     finally:
         registry.unregister("prio.urgent")
+
+
+def test_a_framework_task_outside_tasks_py_is_found_for_its_priority(scheduler, clock):
+    name = "tests.testapp.upstream_tasks.urgent"  # @task(priority=5), in no app's tasks module
+    schedules.create_schedule(name="e", task_name=name, interval_seconds=60, now=clock.now())
+    registry.unregister(name)  # as in a ticker that never imported the module
+    clock.advance(seconds=60)
+    (run,) = scheduler.tick()
+    assert Run.objects.get(pk=run.pk).priority == 5

@@ -69,3 +69,8 @@ def sleep_for(seconds: float) -> None:
     import time
 
     time.sleep(seconds)
+
+
+@framework_task(priority=5)
+def urgent() -> str:
+    return "urgent"
