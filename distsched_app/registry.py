@@ -111,7 +111,7 @@ registry = TaskRegistry()
 # A task's options (``services.task_options`` says what each does).
 TASK_OPTION_KEYS = (
     *("max_attempts", "retry_base_seconds", "retry_max_seconds", "retry_jitter"),
-    *("retry_on", "give_up_on", "queue", "priority"),
+    *("retry_on", "give_up_on", "queue", "priority", "timeout"),
 )
 
 
@@ -126,7 +126,7 @@ def task(name: Any = None, **options: Any) -> Any:
 
     A bare ``@task`` registers the function under ``module.qualname``. Keywords are the task's
     options (``max_attempts``, ``retry_base_seconds``, ``retry_max_seconds``, ``retry_jitter``,
-    ``retry_on``, ``give_up_on``, ``queue``, ``priority``: ``services.task_options``);
+    ``retry_on``, ``give_up_on``, ``queue``, ``priority``, ``timeout``: ``services.task_options``);
     ``DISTSCHED["TASK_OPTIONS"]`` wins over them. Their values are checked by the system check.
     """
     unknown = sorted(set(options) - set(TASK_OPTION_KEYS))

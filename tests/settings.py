@@ -30,6 +30,9 @@ if os.environ.get("DISTSCHED_TEST_TASK_REQUIRES"):
 # bench/limits.py: their DISTSCHED["LIMITS"], as JSON.
 if os.environ.get("DISTSCHED_TEST_LIMITS"):
     DISTSCHED["LIMITS"] = json.loads(os.environ["DISTSCHED_TEST_LIMITS"])
+# Real worker processes of the timeout tests (tests/concurrency/test_task_timeout.py): TASK_OPTIONS, as JSON.
+if os.environ.get("DISTSCHED_TEST_TASK_OPTIONS"):
+    DISTSCHED["TASK_OPTIONS"] = json.loads(os.environ["DISTSCHED_TEST_TASK_OPTIONS"])
 # Real ticker processes of the leader tests (tests/concurrency/test_leader.py): a short lease.
 if os.environ.get("DISTSCHED_TEST_LEADER_LEASE_SECONDS"):
     DISTSCHED["LEADER_LEASE_SECONDS"] = float(os.environ["DISTSCHED_TEST_LEADER_LEASE_SECONDS"])

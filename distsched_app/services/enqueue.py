@@ -258,6 +258,19 @@ def declared(task_name: str) -> Declared:
     )
 
 
+def declared_priority(task_name: str) -> int:
+    """The priority a run of the task takes when nothing else says one (a schedule's slots and
+    triggers: schedules have no priority of their own); 0 if its declaration cannot be read. A
+    framework task outside an app's ``tasks`` module is looked up as a worker would find it."""
+    from ..task_import import import_framework_task
+
+    try:
+        import_framework_task(task_name, registry)
+        return declared(task_name).priority
+    except Exception:  # noqa: BLE001 - an invalid option (the system check reports it) never stops a tick
+        return 0
+
+
 def with_options(task_name: str, framework: Declared) -> Declared:
     """``framework`` (a framework task's ``queue_name``, ``priority`` and backend policy; else the
     defaults) completed by the task's options: a queue or priority left at the framework's default

@@ -24,6 +24,7 @@ from ..models import ACTIVE_STATES, AuditAction, AuditSource, AuditTarget, Origi
 from ..recurrence import Recurrence, first_slot, upcoming
 from ..text import unstorable
 from . import audit, limit_rules
+from .enqueue import declared_priority
 from .runs import cancel_locked
 from .validation import validate_name, validate_schedule_fields
 
@@ -328,7 +329,13 @@ def trigger_schedule(
         # can leave it early.
         with transaction.atomic(savepoint=False):
             triggered = db_runs.insert_triggered(name, now=now, message=message, trace_context=tracing.carrier())
+            priority = 0
             if triggered is not None:
+                # Schedules have no priority: the run takes its task's declared one (a statement
+                # more only for a task that declares one).
+                priority = declared_priority(triggered.task_name)
+                if priority:
+                    Run.objects.filter(pk=triggered.run_id).update(priority=priority)
                 audit.record(
                     kind=AuditTarget.SCHEDULE, target=name, action=AuditAction.TRIGGER, now=now, who=by,
                     version=triggered.schedule_version, schedule_id=triggered.schedule_id,
@@ -342,7 +349,7 @@ def trigger_schedule(
     run = Run(
         pk=triggered.run_id, schedule_id=triggered.schedule_id, task_name=triggered.task_name,
         args=triggered.args, kwargs=triggered.kwargs, state=RunState.PENDING, scheduled_for=now, available_at=now,
-        max_attempts=triggered.max_attempts, queue=triggered.queue, origin=Origin.MANUAL,
+        max_attempts=triggered.max_attempts, queue=triggered.queue, priority=priority, origin=Origin.MANUAL,
         idempotency_key=f"{Origin.MANUAL.value}:{triggered.run_id}", created_at=now, updated_at=now,
         trace_context=triggered.trace_context, schedule_version=triggered.schedule_version,
     )  # fmt: skip

@@ -5,10 +5,10 @@
 
 Keys: the retry policy (``max_attempts``, ``retry_base_seconds``, ``retry_max_seconds``,
 ``retry_jitter``), ``retry_on`` and ``give_up_on`` (exception classes: dotted paths, or classes on
-``@task``), ``queue`` and ``priority``. The settings win over the decorator, key by key
-(``merged``). ``enqueue.declared`` turns them into what a run of the task gets when its enqueue
-or schedule does not say; ``give_up_reason`` is the failure path's question: is this exception
-one that must not be retried?
+``@task``), ``queue``, ``priority`` and ``timeout`` (seconds an attempt may take: ``timeout_of``).
+The settings win over the decorator, key by key (``merged``). ``enqueue.declared`` turns them
+into what a run of the task gets when its enqueue or schedule does not say; ``give_up_reason`` is
+the failure path's question: is this exception one that must not be retried?
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ..registry import registry
 
 POLICY_KEYS = ("max_attempts", "retry_base_seconds", "retry_max_seconds", "retry_jitter")
 EXCEPTION_KEYS = ("retry_on", "give_up_on")
+MAX_TIMEOUT_SECONDS = 7 * 86400
 
 
 def merged(task_name: str) -> dict[str, Any]:
@@ -36,6 +37,17 @@ def merged(task_name: str) -> dict[str, Any]:
     if isinstance(settings, dict) and isinstance(settings.get(task_name), dict):
         declared.update(settings[task_name])
     return declared
+
+
+def timeout_of(task_name: str, decorator_options: dict[str, Any]) -> float | None:
+    """The task's ``timeout`` in seconds, or None: the worker's question before each call, so it
+    reads the two places directly (settings first) instead of merging every option."""
+    settings = conf.TASK_OPTIONS
+    own = settings.get(task_name) if isinstance(settings, dict) else None
+    value = own["timeout"] if isinstance(own, dict) and "timeout" in own else decorator_options.get("timeout")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None  # absent, or invalid (the system check reports it): no timeout
 
 
 @lru_cache(maxsize=256)
@@ -91,7 +103,7 @@ def give_up_reason(task_name: str, exception_type: type[BaseException] | None) -
 def options_problem(task_name: Any, options: Any) -> str | None:
     """What is wrong with one task's options (the system check's and ``@task``'s question)."""
     from .enqueue import validate_policy
-    from .validation import bounded_int, validate_queue
+    from .validation import bounded_float, bounded_int, validate_queue
 
     if not isinstance(options, dict):
         return f"{task_name!r} must map to a dict of options, not {type(options).__name__}"
@@ -104,6 +116,8 @@ def options_problem(task_name: Any, options: Any) -> str | None:
             validate_queue(options["queue"])
         if "priority" in options:
             bounded_int(options["priority"], field="priority", low=-100, high=100)
+        if "timeout" in options:
+            bounded_float(options["timeout"], field="timeout", low=0, high=MAX_TIMEOUT_SECONDS, low_open=True)
     except DistschedError as exc:
         return f"{task_name!r}: {exc}"
     for key in EXCEPTION_KEYS:

@@ -31,6 +31,7 @@ from ..errors import ValidationError
 from ..models import ACTIVE_STATES, EventType, Origin, Overlap, Run, RunState, Schedule
 from ..recurrence import plan_catch_up
 from . import events, leader, replacement
+from .enqueue import declared_priority
 from .schedules import recurrence_of
 
 logger = logging.getLogger("distsched")
@@ -46,6 +47,7 @@ class NewRun:
     scheduled_for: datetime
     state: str
     queue: str = "default"
+    priority: int = 0  # the task's declared priority (``enqueue.declared_priority``)
     note: str = ""
     held_by: str = ""  # blocked: the run it waits for ("run:<id>", overlap=replace)
     why: str = ""  # skipped or blocked: the event's message
@@ -117,6 +119,7 @@ def _tick_batch(
         earlier = replacement.earlier_runs([s.id for s in schedules if s.overlap == Overlap.REPLACE])
         replacing: list[tuple[NewRun, list[Run]]] = []
         new_runs: list[NewRun] = []
+        priorities: dict[str, int] = {}  # task -> its declared priority, looked up once a batch
         for schedule in schedules:
             try:
                 plan = plan_catch_up(
@@ -149,6 +152,7 @@ def _tick_batch(
                     scheduled_for=slot,
                     state=RunState.PENDING,
                     queue=schedule.queue,
+                    priority=_priority(priorities, schedule.task_name),
                     note=note,
                 )
                 if schedule.overlap == Overlap.SKIP:
@@ -187,6 +191,12 @@ def _tick_batch(
 
 
 SKIPPED_BUSY = "an earlier run of this schedule is still active (overlap=skip)"
+
+
+def _priority(known: dict[str, int], task_name: str) -> int:
+    if task_name not in known:
+        known[task_name] = declared_priority(task_name)
+    return known[task_name]
 
 
 def _plan_replacement(
@@ -239,6 +249,7 @@ def _run_values(now: datetime) -> dict[str, str | bulk.Bind]:
         "last_error": "''",
         "result": "NULL",
         "queue": "s.queue",
+        "priority": "u.priority",
         "origin": bulk.Bind(Origin.SCHEDULE.value),
         "idempotency_key": "u.idempotency_key",
         "cancel_requested": "false",
@@ -286,6 +297,7 @@ def _insert_runs(runs: list[NewRun], now: datetime) -> None:
         "finished_at": [now if run.state == RunState.SKIPPED else None for run in runs],
         "idempotency_key": [f"{run.schedule_name}:{run.scheduled_for.isoformat()}" for run in runs],
         "held_by": [run.held_by for run in runs],
+        "priority": [run.priority for run in runs],
     }
     returned = bulk.insert_rows(
         Run,

@@ -25,6 +25,7 @@ from ..context import RunContext
 from ..errors import RunCancelled
 from ..models import Run
 from ..registry import TaskEntry, TaskRegistry
+from ..services import task_options
 from ..text import UndecodableJSON
 
 
@@ -59,6 +60,7 @@ class Attempt:
     result: Any = None
     entry: TaskEntry | None = None  # the registered task, once looked up
     unknown: bool = False  # its task is not registered here: given back without using the attempt
+    timed_out: bool = False  # the task outlived its ``timeout``: failed; its context reads cancel requested
     # What the task raised: re-raised around django.tasks' task_finished, whose receivers log
     # the failure with its traceback (``logger.exception``), as inside the handler.
     exception: BaseException | None = None
@@ -189,9 +191,13 @@ def call_task(
                     kwargs["context"] = context
                 elif entry.takes_framework_context:
                     args.insert(0, framework_context(entry))
-                result = entry.func(*args, **kwargs)
-                if inspect.iscoroutine(result):
-                    result = run_coroutine(result)
+                timeout = task_options.timeout_of(entry.name, entry.options)
+                if timeout is None:
+                    result = entry.func(*args, **kwargs)
+                    if inspect.iscoroutine(result):
+                        result = run_coroutine(result)
+                else:
+                    result = call_with_timeout(attempt, entry.func, args, kwargs, timeout)
                 if entry.framework_task is not None:
                     # As Django's reference backends: a return value that is not JSON fails the task
                     # (TypeError); tuples become lists. distsched's own tasks store a repr instead.
@@ -212,6 +218,71 @@ def call_task(
         )
     attempt.duration = time.monotonic() - attempt.started_mono
     attempt.finished_at = clock.now()
+
+
+class TaskTimeout(TimeoutError):
+    """An attempt outlived its task's ``timeout`` option (a ``TimeoutError``: ``retry_on`` and
+    ``give_up_on`` may name either)."""
+
+
+def call_with_timeout(
+    attempt: Attempt, func: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], timeout: float
+) -> Any:
+    """Call a task that has a ``timeout`` (seconds); past it, raise ``TaskTimeout``.
+
+    An async task is cancelled (``asyncio.wait_for``). A sync task cannot be stopped from
+    outside in Python: it runs in a daemon thread of its own, and at the timeout this worker
+    stops waiting for it, so the attempt fails (and is retried by the task's policy) and the slot
+    is free again; the thread runs on until the function returns, its outcome discarded, and its
+    ``context.cancel_requested()`` now reads True so a cooperative task can stop. Within
+    ``async_in_calling_thread`` (``testing.drain``: one thread, the test's connection) a sync task
+    runs inline and an attempt that took longer than its timeout is failed when it returns.
+    """
+    if inspect.iscoroutinefunction(func):
+        return run_coroutine(_awaited_within(attempt, func(*args, **kwargs), timeout))
+    if async_in_caller():
+        started = time.monotonic()
+        result = func(*args, **kwargs)
+        if inspect.iscoroutine(result):
+            return run_coroutine(_awaited_within(attempt, result, timeout))
+        if time.monotonic() - started > timeout:
+            attempt.timed_out = True
+            raise TaskTimeout(_timeout_message(timeout))
+        return result
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            value = func(*args, **kwargs)
+            outcome["result"] = asyncio.run(value) if inspect.iscoroutine(value) else value
+        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread, which records it
+            outcome["error"] = exc
+        finally:
+            from django.db import connections
+
+            connections.close_all()  # this thread's own connections, opened by the task
+
+    thread = threading.Thread(target=target, name=f"distsched-run-{attempt.run_id}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        attempt.timed_out = True
+        raise TaskTimeout(_timeout_message(timeout) + "; the call goes on in a thread until it returns")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("result")
+
+
+async def _awaited_within(attempt: Attempt, coroutine: Coroutine[Any, Any, Any], timeout: float) -> Any:
+    try:
+        return await asyncio.wait_for(coroutine, timeout)
+    except TimeoutError:
+        attempt.timed_out = True
+        raise TaskTimeout(_timeout_message(timeout) + "; cancelled") from None
+
+
+def _timeout_message(timeout: float) -> str:
+    return f"the task took longer than its timeout of {timeout:g} s"
 
 
 def _undecodable_payload(run: Run) -> str | None:

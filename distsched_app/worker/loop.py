@@ -194,7 +194,7 @@ class Loop:
             scheduled_for=run.scheduled_for,
             attempt=run.attempts,
             idempotency_key=run.idempotency_key,
-            _cancel_probe=self._cancel_probe(run.pk),
+            _cancel_probe=self._cancel_probe(run.pk, attempt),
             **upstream_loader(run),
         )
         call_task(
@@ -350,12 +350,12 @@ class Loop:
 
     # -- helpers ------------------------------------------------------------------
 
-    def _cancel_probe(self, run_id: int) -> Callable[[], bool]:
+    def _cancel_probe(self, run_id: int, attempt: Attempt) -> Callable[[], bool]:
         held = self.worker.held
         last_check = [0.0]
 
         def probe() -> bool:
-            if held.cancel_requested(run_id):
+            if attempt.timed_out or held.cancel_requested(run_id):  # past its timeout: asked to stop too
                 return True
             # Ask the database at most once a second; the heartbeat also refreshes it.
             if time.monotonic() - last_check[0] >= CANCEL_PROBE_SECONDS:

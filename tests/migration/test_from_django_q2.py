@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -77,11 +81,12 @@ def project(tmp_path: Path):
             "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
         }
 
-    def manage(release: str, *argv: str) -> str:
+    def manage(release: str, *argv: str, stdin: str | None = None) -> str:
         done = subprocess.run(
             [sys.executable, str(ROOT / "manage.py"), *argv],
             cwd=tmp_path,
             env=env(release),
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=BOOT,
@@ -154,3 +159,89 @@ def test_migrating_from_django_q2_as_the_guide_says(project):
     assert project("new", "distsched", "migrate-status", "--from", "django-q2").startswith(
         "django-q2: the old queue is empty (queued 0, locked 0): stop its qcluster"
     )
+
+
+# The guide's "Schedules": django-q2 rows of each type, as django_q.tasks.schedule() and its admin
+# store them (args and kwargs as Python literals; the admin's "a=1, b=2" form).
+Q2_SCHEDULES = """
+from datetime import datetime, timedelta, timezone as tz
+from django.utils import timezone
+from django_q.models import Schedule as Q
+
+now = timezone.now()
+rows = [
+    dict(name="Add once", schedule_type=Q.ONCE, args="(1, 2)", next_run=now - timedelta(minutes=1)),
+    dict(name="Every five", schedule_type=Q.MINUTES, minutes=5, args="(10, 5)", next_run=now - timedelta(seconds=10)),
+    dict(name="Hourly", schedule_type=Q.HOURLY, kwargs="{'a': 1, 'b': 2}", next_run=now + timedelta(hours=1),
+         cluster="io"),
+    dict(name="Weekly", schedule_type=Q.WEEKLY, kwargs="a=3, b=4", next_run=datetime(2030, 1, 6, 2, 30, tzinfo=tz.utc)),
+    dict(name="Monthly", schedule_type=Q.MONTHLY, args="7", next_run=datetime(2030, 1, 15, 23, 5, tzinfo=tz.utc),
+         hook="shop.hooks.done"),
+    dict(name="Nightly", schedule_type=Q.CRON, cron="0 3 * * *", args="(0, 0)", repeats=4),
+    dict(name="Fortnightly", schedule_type=Q.BIWEEKLY, args="(0, 0)"),
+    dict(name="Used up", schedule_type=Q.DAILY, args="(0, 0)", repeats=0),
+]
+for row in rows:
+    Q.objects.create(func="shop.tasks.add", **row)
+"""
+PARIS = ZoneInfo("Europe/Paris")
+RUNS = (
+    "import json\nfrom distsched_app.models import Run\n"
+    "print(json.dumps(sorted([r.schedule.name if r.schedule else r.origin, r.state, r.result, r.queue] "
+    "for r in Run.objects.all())))"
+)
+
+
+def guide_schedule_script() -> str:
+    blocks = re.findall(r"^```python\n(.*?)^```$", GUIDE.read_text(), re.MULTILINE | re.DOTALL)
+    [script] = [b for b in blocks if b.startswith("# q2_schedules.py")]
+    return script
+
+
+@pytest.mark.slow  # real processes: the guide's script, apply, a tick and a worker
+def test_the_guides_schedules_step_translates_applies_and_runs_django_q2_schedules(project, tmp_path):
+    (tmp_path / "new" / "settings.py").write_text(NEW_SETTINGS + "TIME_ZONE = 'Europe/Paris'\n")
+    project("old", "migrate", "--noinput")
+    project("old", "shell", "-c", Q2_SCHEDULES)
+    project("new", "migrate", "--noinput")
+    # python manage.py shell < q2_schedules.py, as the guide says.
+    out = project("new", "shell", stdin=guide_schedule_script())
+    assert [line for line in out.splitlines() if line.strip() and "automatically" not in line] == [  # Django 5.2+
+        "5 schedule(s) written to schedules.json",
+        "note: add-once: its time has passed and it has not run; to run it now: "
+        "python manage.py distsched run enqueue shop.tasks.add --args '[1, 2]'",
+        "note: monthly: hook shop.hooks.done not carried over (use the task_finished signal)",
+        "note: nightly: 4 run(s) left in django-q2; pause or delete it when done",
+        "note: fortnightly: schedule type Biweekly has no equivalent",
+        "note: used-up: no runs left (repeats=0)",
+    ]
+    declared = json.loads((tmp_path / "schedules.json").read_text())
+    without_times = {name: {k: v for k, v in e.items() if k != "start_at"} for name, e in declared.items()}
+    add, paris = {"task": "shop.tasks.add"}, {"timezone": "Europe/Paris"}
+    assert without_times == {
+        "every-five": {**add, "args": [10, 5], "kwargs": {}, "interval_seconds": 300},
+        "hourly": {**add, "args": [], "kwargs": {"a": 1, "b": 2}, "interval_seconds": 3600, "queue": "io"},
+        # 02:30 UTC on Sunday 6 January 2030 is 03:30 in Paris; 23:05 UTC on the 15th is 00:05 on the 16th.
+        "weekly": {**add, "args": [], "kwargs": {"a": 3, "b": 4}, "cron": "30 3 * * 0", **paris},
+        "monthly": {**add, "args": [7], "kwargs": {}, "cron": "5 0 16 * *", **paris},
+        "nightly": {**add, "args": [0, 0], "kwargs": {}, "cron": "0 3 * * *", **paris},
+    }
+    assert {name for name, e in declared.items() if "start_at" in e} == {"every-five", "hourly"}  # django-q2's next_run
+    # apply --dry-run writes nothing; apply creates them; a second apply changes nothing.
+    project("new", "distsched", "schedule", "apply", "--file", "schedules.json", "--dry-run")
+    assert project("new", "distsched", "schedule", "list", "--json").strip() == "[]"
+    project("new", "distsched", "schedule", "apply", "--file", "schedules.json")
+    listed = {s["name"]: s for s in json.loads(project("new", "distsched", "schedule", "list", "--json"))}
+    assert set(listed) == set(declared)
+    assert listed["hourly"]["queue"] == "io"
+    weekly = datetime.fromisoformat(listed["weekly"]["next_run_at"].replace("Z", "+00:00")).astimezone(PARIS)
+    assert (weekly.isoweekday(), weekly.hour, weekly.minute) == (7, 3, 30)  # Sundays at 03:30 in Paris
+    again = project("new", "distsched", "schedule", "apply", "--file", "schedules.json")
+    assert "created" not in again and "updated" not in again
+    # The overdue once, as the note says; the ticker makes the interval's first run; a worker runs both.
+    [command] = [line.split("to run it now: ")[1] for line in out.splitlines() if "to run it now" in line]
+    project("new", *shlex.split(command)[2:])
+    project("new", "tick")
+    project("new", "runworker", "--burst", "--queues", "*")
+    ran = json.loads(project("new", "shell", "-c", RUNS).strip().splitlines()[-1])
+    assert ran == [["enqueued", "succeeded", 3, "default"], ["every-five", "succeeded", 15, "default"]]

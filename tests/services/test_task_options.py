@@ -164,7 +164,7 @@ def test_the_check_names_the_task_and_what_is_wrong(settings):
     assert errors(settings, {"opts.x": {"max_attempts": 5, "retry_on": ["builtins.KeyError"]}}) == []
     assert errors(settings, {"opts.x": {"retries": 5}}) == [
         "DISTSCHED['TASK_OPTIONS'] 'opts.x' has unknown option(s) retries (known: max_attempts, retry_base_seconds, "
-        "retry_max_seconds, retry_jitter, retry_on, give_up_on, queue, priority)."
+        "retry_max_seconds, retry_jitter, retry_on, give_up_on, queue, priority, timeout)."
     ]
     assert errors(settings, {"opts.x": {"max_attempts": 0}}) == [
         "DISTSCHED['TASK_OPTIONS'] 'opts.x': max_attempts must be between 1 and 1000."
