@@ -188,12 +188,18 @@ def test_get_result_from_different_request(finish):
     assert (fetched.status, fetched.return_value) == (Status.SUCCESSFUL, 42)
 
 
-def test_enqueue_logs(finish, caplog):
-    # test_enqueue_logs: three lines of the framework's logger: enqueued, state=RUNNING, state=SUCCESSFUL.
+def framework_log_lines(finish, caplog, task) -> tuple[object, list[str]]:
+    """Enqueue ``task``, run it to the end, and return its result and the framework logger's lines."""
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
-        result = finish(up.noop.enqueue())
+        result = finish(task.enqueue())
     lines = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     assert len(lines) == 3, lines
+    return result, lines
+
+
+def test_enqueue_logs(finish, caplog):
+    # test_enqueue_logs: three lines of the framework's logger: enqueued, state=RUNNING, state=SUCCESSFUL.
+    result, lines = framework_log_lines(finish, caplog, up.noop)
     assert "enqueued" in lines[0] and result.id in lines[0]
     assert "state=RUNNING" in lines[1] and result.id in lines[1]
     assert "state=SUCCESSFUL" in lines[2] and result.id in lines[2]
@@ -201,10 +207,7 @@ def test_enqueue_logs(finish, caplog):
 
 def test_failed_logs(finish, caplog):
     # test_failed_logs: the third line says state=FAILED.
-    with caplog.at_level(logging.DEBUG, logger=LOGGER):
-        result = finish(up.fails_with_value_error.enqueue())
-    lines = [r.getMessage() for r in caplog.records if r.name == LOGGER]
-    assert len(lines) == 3, lines
+    result, lines = framework_log_lines(finish, caplog, up.fails_with_value_error)
     assert "state=RUNNING" in lines[1] and result.id in lines[1]
     assert "state=FAILED" in lines[2] and result.id in lines[2]
 
