@@ -73,7 +73,21 @@ EVENTS = {
 
 def main() -> int:
     p = c.parser(__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=1_000_000)
+    p.add_argument("--runs", type=int, default=1_000_000, help="Runs of history, spread over the last 30 days.")
+    p.add_argument(
+        "--busy-hour",
+        type=int,
+        default=0,
+        help="Runs more that finished in the last hour (97%% succeeded, 3%% dead): a busy installation's "
+        "throughput, which /metrics, /api/stats and the dashboard must not pay for.",
+    )
+    p.add_argument(
+        "--database-url",
+        help="Target this PostgreSQL database instead of a scratch one (migrated, never dropped); with --reuse, "
+        "a database that already holds runs is measured as it is (build 10M runs once, measure many times).",
+    )
+    p.add_argument("--reuse", action="store_true", help="With --database-url: do not load if runs are there.")
+    p.add_argument("--load-only", action="store_true", help="Load (or reuse) and stop: no measurement.")
     p.add_argument("--schedules", type=int, default=1000)
     p.add_argument("--requests", type=int, default=30, help="Timed requests per endpoint.")
     p.add_argument("--no-explain", action="store_true")
@@ -88,15 +102,31 @@ def main() -> int:
         help="Add the optional expression index on kwargs' account_id (docs/reference/rest.md) before measuring.",
     )
     args = p.parse_args()
-    with c.scratch_database(NAME, args):
-        c.header(f"scale: {args.runs:,} runs, {3 * args.runs:,} events", args)
-        load = load_data(args)
+    with _database(args):
+        from distsched_app.models import Run
+
+        if args.reuse and Run.objects.exists():
+            load = {"reused": True, "runs": c.states()}
+            args.runs = sum(load["runs"].values())
+            c.header(f"scale: reusing {args.runs:,} runs", args)
+        else:
+            c.header(f"scale: {args.runs:,} runs + {args.busy_hour:,} in the last hour, 3 events each", args)
+            load = load_data(args)
+        if args.load_only:
+            return 0
         if args.kwargs_index:
             add_kwargs_index()
         latency = measure_endpoints(args)
         plans = [] if args.no_explain else explain_hot_queries(args)
         c.write_results(NAME, args, {"load": load, "endpoints": latency, "explain": plans})
     return 0
+
+
+def _database(args):
+    """A scratch database, or the one ``--database-url`` names (migrated, kept)."""
+    if not args.database_url:
+        return c.scratch_database(NAME, args)
+    return c.existing_database(args.database_url, args)
 
 
 # -- loading -------------------------------------------------------------------
@@ -108,6 +138,14 @@ def _state_case(column: str) -> str:
         f"CASE WHEN mod({column}, 100) < 90 THEN 'succeeded' WHEN mod({column}, 100) < 93 THEN 'dead' "
         f"WHEN mod({column}, 100) < 95 THEN 'retrying' WHEN mod({column}, 100) < 98 THEN 'pending' "
         f"WHEN mod({column}, 100) < 99 THEN 'cancelled' ELSE 'running' END"
+    )
+
+
+def _origin_case(column: str) -> str:
+    """1 run in 50 enqueued (no schedule), 1 in 1,000 manual (a trigger), the rest made by the tick."""
+    return (
+        f"CASE WHEN mod({column}, 50) = 7 THEN 'enqueued' WHEN mod({column}, 1000) = 3 THEN 'manual' "
+        "ELSE 'schedule' END"
     )
 
 
@@ -153,6 +191,9 @@ def _load_postgres(args, timings: dict[str, float]) -> None:
         "n": args.runs,
         "s": args.schedules,
         "step": step_us,
+        "b": args.busy_hour,
+        # the busy hour's slots end a minute ago: every one of its runs has finished
+        "bstep": int(3540 * 1e6 / max(args.busy_hour, 1)),
         "err": ERROR_TEXT,
         "msg": "ValueError: boom",
     }
@@ -193,7 +234,7 @@ def _load_postgres(args, timings: dict[str, float]) -> None:
             INSERT INTO distsched_app_run (schedule_id, task_name, args, kwargs, state, scheduled_for,
                 available_at, attempts, max_attempts, lease_owner, lease_expires_at, started_at, finished_at,
                 last_error, result, queue, origin, idempotency_key, cancel_requested, created_at, updated_at)
-            SELECT %(sid0)s + mod(g, %(s)s), 'tests.noop', '[]',
+            SELECT CASE WHEN o = 'enqueued' THEN NULL ELSE %(sid0)s + mod(g, %(s)s) END, 'tests.noop', '[]',
                    ('{{"account_id": ' || mod(g, 1000) || '}}')::jsonb, st, sf,
                    CASE st WHEN 'retrying' THEN sf + interval '10 minutes' ELSE sf END,
                    CASE st WHEN 'dead' THEN 3 WHEN 'pending' THEN 0 WHEN 'cancelled' THEN 0 ELSE 1 END, 3,
@@ -203,12 +244,17 @@ def _load_postgres(args, timings: dict[str, float]) -> None:
                         THEN sf + interval '10 milliseconds' END,
                    CASE WHEN st IN ('succeeded', 'dead', 'cancelled') THEN sf + interval '50 milliseconds' END,
                    CASE WHEN st IN ('dead', 'retrying') THEN %(err)s ELSE '' END,
-                   NULL, CASE WHEN mod(g, 10) = 0 THEN 'emails' ELSE 'default' END, 'schedule',
+                   NULL, CASE WHEN mod(g, 10) = 0 THEN 'emails' ELSE 'default' END, o,
                    'scale-' || mod(g, %(s)s) || ':' || g, false, sf,
                    sf + interval '50 milliseconds'
-            FROM (SELECT g, {_state_case("g")} AS st,
-                         %(t0)s::timestamptz + (g::bigint * %(step)s) * interval '1 microsecond' AS sf
-                  FROM generate_series(1, %(n)s) g) s
+            FROM (SELECT g, CASE WHEN g > %(n)s THEN CASE WHEN mod(g, 100) < 97 THEN 'succeeded' ELSE 'dead' END
+                                 ELSE {_state_case("g")} END AS st,
+                         CASE WHEN g > %(n)s
+                              THEN %(now)s::timestamptz - interval '1 hour'
+                                   + ((g - %(n)s)::bigint * %(bstep)s) * interval '1 microsecond'
+                              ELSE %(t0)s::timestamptz + (g::bigint * %(step)s) * interval '1 microsecond' END AS sf,
+                         {_origin_case("g")} AS o
+                  FROM generate_series(1, %(n)s + %(b)s) g) s
             """,
             params,
         )

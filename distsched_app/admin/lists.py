@@ -18,6 +18,7 @@ from django.db.models import Q, QuerySet
 from ..db.server import row_estimate
 from ..models import MAX_PRIORITY, MIN_PRIORITY, Origin, RunState, Schedule
 from ..registry import registry
+from ..services import queries
 from .support import request_now
 
 MAX_ID = 2**63 - 1
@@ -130,9 +131,10 @@ class PriorityFilter(admin.SimpleListFilter):
     title = "priority"
     parameter_name = "priority"
     bands = {
-        "high": ("above 0 (claimed first)", Q(priority__gt=0)),
+        # Off the default: with the (priority, -id) index's condition, which SQLite needs to use it.
+        "high": ("above 0 (claimed first)", Q(priority__gt=0) & ~Q(priority=0)),
         "normal": ("0 (default)", Q(priority=0)),
-        "low": ("below 0", Q(priority__lt=0)),
+        "low": ("below 0", Q(priority__lt=0) & ~Q(priority=0)),
     }
 
     def lookups(self, request, model_admin):
@@ -149,7 +151,7 @@ class PriorityFilter(admin.SimpleListFilter):
         if value in self.bands:
             return queryset.filter(self.bands[value][1])
         number = parse_priority(value)
-        return queryset.none() if number is None else queryset.filter(priority=number)
+        return queryset.none() if number is None else queryset.filter(queries.priority_q(number))
 
 
 class TaskFilter(ValueFilter):
@@ -188,6 +190,10 @@ class ScheduleFilter(ValueFilter):
     parameter_name = "schedule"
     field_name = "schedule__name"
     offered = 30
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset if value is None else queryset.filter(queries.schedule_runs_q(value))
 
     def values(self) -> list[str]:
         return list(Schedule.objects.order_by("name").values_list("name", flat=True)[: self.offered])
