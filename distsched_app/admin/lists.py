@@ -15,6 +15,7 @@ from django.contrib import admin
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 
+from ..db import server
 from ..db.server import row_estimate
 from ..models import MAX_PRIORITY, MIN_PRIORITY, Origin, RunState, Schedule
 from ..registry import registry
@@ -48,15 +49,19 @@ def parse_priority(term: str) -> int | None:
 
 
 class LargeTablePaginator(Paginator):
-    """Exact counts, except for an unfiltered list of a big table on PostgreSQL.
+    """Exact counts, except for lists of a big table on PostgreSQL.
 
     There the planner's row estimate (``pg_class.reltuples``, kept fresh by
-    autovacuum) stands in for ``COUNT(*)``, which would scan every row on every
-    page view. Filtered lists are counted exactly: their indexes keep that cheap.
-    SQLite counts a million-row table from its smallest index in milliseconds.
+    autovacuum) stands in for ``COUNT(*)`` of an unfiltered list, which would scan
+    every row on every page view. A filtered list is counted up to
+    ``filtered_exact_up_to`` rows (``COUNT(*)`` over a ``LIMIT``: its index stops the count
+    early); beyond, the planner's estimate of the filter's rows stands in (at ten million
+    runs, counting the 330,000 dead ones exactly took over a second). SQLite counts
+    a million-row table from its smallest index in milliseconds: always exact.
     """
 
     estimate_above = 100_000
+    filtered_exact_up_to = 10_000
     count_cap: int | None = None
     """Set for a list whose filter no index narrows (a kwargs search): count at most this many
     and one more (``COUNT(*)`` over a ``LIMIT``), so the count stops early instead of reading the
@@ -71,6 +76,11 @@ class LargeTablePaginator(Paginator):
             estimate = self._estimate(qs)
             if estimate is not None and estimate >= self.estimate_above:
                 return estimate
+        if isinstance(qs, QuerySet) and qs.query.where and server.counts_are_costly():
+            capped = qs[: self.filtered_exact_up_to + 1].count()
+            if capped <= self.filtered_exact_up_to:
+                return capped
+            return max(capped, server.query_estimate(qs) or 0)
         return qs.count() if isinstance(qs, QuerySet) else len(qs)
 
     @staticmethod

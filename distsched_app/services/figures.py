@@ -38,6 +38,9 @@ MAX_AGE_SECONDS = 30.0
 REFRESH_AFTER_SECONDS = 15.0
 """The leader recomputes a stored figure once it is this old: readers find it fresh."""
 
+FORGET_AFTER = timedelta(days=3)
+"""A stored figure nobody read again for this long is deleted (by ``refresh``): e.g. a closed hour's counts."""
+
 _REGISTRY: dict[str, Callable[[datetime], Any]] = {}
 
 
@@ -46,24 +49,50 @@ def register(key: str, compute: Callable[[datetime], Any]) -> None:
     _REGISTRY[key] = compute
 
 
-def memo(key: str, now: datetime, compute: Callable[[datetime], T]) -> T:
-    """The figure ``key``: the stored one if younger than ``MAX_AGE_SECONDS``, else ``compute(now)``
-    (stored when it was slow, forgotten when it became fast)."""
-    return memo_many(now, {key: compute})[key]
+def memo(key: str, now: datetime, compute: Callable[[datetime], T], *, max_age: float | None = None) -> T:
+    """The figure ``key``: the stored one if younger than ``max_age`` (``MAX_AGE_SECONDS``), else
+    ``compute(now)`` (stored when it was slow, forgotten when it became fast)."""
+    return memo_many(now, {key: compute}, max_age={key: max_age} if max_age is not None else None)[key]
 
 
-def memo_many(now: datetime, computes: dict[str, Callable[[datetime], Any]]) -> dict[str, Any]:
-    """Several figures (``memo``) for one lookup of the stored ones: a scrape reads three."""
+def memo_many(
+    now: datetime, computes: dict[str, Callable[[datetime], Any]], *, max_age: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """Several figures (``memo``) for one lookup of the stored ones: a scrape reads three. ``max_age``:
+    seconds per key, for figures that stay true longer (a closed hour's counts)."""
     rows = StoredFigure.objects.filter(key__in=list(computes)).values_list("key", "computed_at", "value")
     stored = set()
     values: dict[str, Any] = {}
     for key, computed_at, value in rows:
         stored.add(key)
-        if timedelta(0) <= now - computed_at < timedelta(seconds=MAX_AGE_SECONDS):
+        limit = (max_age or {}).get(key, MAX_AGE_SECONDS)
+        if timedelta(0) <= now - computed_at < timedelta(seconds=limit):
             values[key] = pickle.loads(bytes(value))  # noqa: S301 - written by this module only
     for key, compute in computes.items():
         if key not in values:
             values[key] = _compute(key, now, compute, stored=key in stored)
+    return values
+
+
+def memo_batch(
+    now: datetime, keys: list[str], compute_missing: Callable[[list[str]], dict[str, Any]], *, max_age: float
+) -> dict[str, Any]:
+    """Figures of one kind (a closed hour's counts each): the stored ones younger than ``max_age``,
+    the others computed together by ``compute_missing(missing keys)`` (one query for them all) and
+    each stored when that took ``SLOW_SECONDS`` or more."""
+    values: dict[str, Any] = {}
+    for key, computed_at, value in StoredFigure.objects.filter(key__in=keys).values_list("key", "computed_at", "value"):
+        if timedelta(0) <= now - computed_at < timedelta(seconds=max_age):
+            values[key] = pickle.loads(bytes(value))  # noqa: S301 - written by this module only
+    missing = [key for key in keys if key not in values]
+    if missing:
+        started = time.monotonic()
+        computed = compute_missing(missing)
+        seconds = time.monotonic() - started
+        if seconds >= SLOW_SECONDS:
+            for key in missing:
+                _store(key, now, seconds, computed[key])
+        values.update(computed)
     return values
 
 
@@ -93,6 +122,7 @@ def _store(key: str, now: datetime, seconds: float, value: Any) -> None:
 def refresh(now: datetime) -> str | None:
     """Recompute the stalest stored figure older than ``REFRESH_AFTER_SECONDS`` (the leader's chore,
     one per call so a turn's tick is delayed by one figure at most). Returns its key, or None."""
+    StoredFigure.objects.filter(computed_at__lt=now - FORGET_AFTER).delete()  # figures no reader asks for now
     due = now - timedelta(seconds=REFRESH_AFTER_SECONDS)
     keys = StoredFigure.objects.filter(computed_at__lte=due, key__in=list(_REGISTRY)).order_by("computed_at")
     key = keys.values_list("key", flat=True).first()

@@ -8,6 +8,7 @@ import pytest
 
 from distsched_app.models import StoredFigure
 from distsched_app.services import figures
+from distsched_app.services.enqueue import Job, enqueue
 from tests.conftest import T0
 
 pytestmark = pytest.mark.django_db
@@ -85,3 +86,21 @@ def test_the_leader_refreshes_figures_among_its_chores(monkeypatch, clock):
     leadership.turn(clock.now())
     assert compute.calls == 2
     assert StoredFigure.objects.get(key="f").computed_at == clock.now()
+
+
+def test_closed_hours_of_the_chart_are_stored_once_and_the_open_hour_is_refreshed(monkeypatch, clock, scheduler):
+    """Deliberate change (issue 21): the dashboard's chart reads each closed hour once (kept two
+    days), and the open hour is a figure the leader refreshes; the counts stay those of the history."""
+    from distsched_app.services import stats
+
+    monkeypatch.setattr(figures, "SLOW_SECONDS", 0.0)
+    run = enqueue(Job(task_name="tests.noop"), now=clock.now()).run
+    scheduler.cancel_run(run.pk)  # a cancelled event now
+    hours = stats.outcomes_per_hour(now=clock.now())
+    assert hours[-1].counts["cancelled"] == 1 and sum(h.total for h in hours[:-1]) == 0
+    keys = set(StoredFigure.objects.values_list("key", flat=True))
+    assert stats.OPEN_HOUR_FIGURE in keys and len([k for k in keys if k.startswith("dashboard:outcomes-hour:")]) == 23
+    clock.advance(seconds=3600)
+    later = stats.outcomes_per_hour(now=clock.now())
+    assert later[-2].counts["cancelled"] == 1  # the hour that closed, computed afresh for its own key
+    assert later[-1].counts["cancelled"] == 0  # the stored open hour belonged to the previous hour

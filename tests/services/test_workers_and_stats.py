@@ -134,7 +134,7 @@ def test_run_counts_cost_two_grouped_queries(make_schedule, django_assert_num_qu
     for origin in Origin.values:
         _run(a, RunState.SUCCEEDED, origin=origin)
         _run(b, RunState.PENDING, origin=origin)  # another schedule: one slot each
-    with django_assert_num_queries(2):  # active and dead, then the big terminal states
+    with django_assert_num_queries(2):  # active, then the final states
         counts = run_counts()
     assert sum(counts.values()) == 6
 
@@ -163,7 +163,7 @@ def test_recent_failures_newest_first(make_schedule):
 
 
 def test_big_terminal_counts_are_a_stored_figure_once_counting_them_is_slow(make_schedule, monkeypatch):
-    """Deliberate change (issue 21): the succeeded/cancelled/skipped counts are a stored figure
+    """Deliberate change (issue 21): the final states' counts (dead included) are a stored figure
     (``services.figures``, shared by every process, at most 30 s old) once counting takes
     ``SLOW_SECONDS``; before, a per-process 10 s cache on PostgreSQL above 100,000 runs."""
     from distsched_app.services import figures
@@ -175,9 +175,9 @@ def test_big_terminal_counts_are_a_stored_figure_once_counting_them_is_slow(make
     monkeypatch.setattr(figures, "SLOW_SECONDS", 0.0)
     assert run_counts(T0)[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == 2  # stored now
     _run(a, RunState.SUCCEEDED)
-    _run(a, RunState.DEAD)
+    _run(a, RunState.PENDING)
     counts = run_counts(T0 + timedelta(seconds=29))
-    assert counts[(RunState.DEAD, "default", Origin.MANUAL)] == 1  # active and dead: always exact
+    assert counts[(RunState.PENDING, "default", Origin.MANUAL)] == 1  # active: always exact
     assert counts[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == 2  # the stored figure
     assert run_counts()[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == 3  # no clock: exact
     assert run_counts(T0 + timedelta(seconds=30))[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == 3  # aged out
