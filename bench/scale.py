@@ -862,6 +862,12 @@ def explain_hot_queries(args) -> list[dict[str, str]]:
         ("stats: the rest of services.stats.stats", lambda: stats.stats(now=now)),
         ("GET /api/runs?state=dead as served", lambda: _get(client, "/api/runs/?state=dead")),
         ("GET /api/runs?schedule=scale-7 as served", lambda: _get(client, "/api/runs/?schedule=scale-7")),
+        ("GET /api/runs?schedule=nope (unknown) as served", lambda: _get(client, "/api/runs/?schedule=nope")),
+        ("GET /api/runs?origin=manual as served", lambda: _get(client, "/api/runs/?origin=manual")),
+        ("GET /api/runs?queue=nowhere as served", lambda: _get(client, "/api/runs/?queue=nowhere")),
+        ("GET /api/runs?task_name=tests.none as served", lambda: _get(client, "/api/runs/?task_name=tests.none")),
+        ("GET /api/runs?priority=5 as served", lambda: _get(client, "/api/runs/?priority=5")),
+        ("admin dashboard as served", lambda: _get(client, "/admin/distsched_app/run/dashboard/")),
         (
             "admin run changelist ?state__exact=dead as served",
             lambda: _get(client, "/admin/distsched_app/run/?state__exact=dead"),
