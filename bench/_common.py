@@ -119,6 +119,32 @@ def scratch_database(name: str, args: argparse.Namespace, settings: str = "tests
             print(f"kept scratch database: {url}")
 
 
+@contextmanager
+def existing_database(url: str, args: argparse.Namespace, settings: str = "tests.settings") -> Iterator[str]:
+    """Configure Django for a database that outlives the run (``--database-url``): migrate it, never drop it."""
+    compile_checkout()
+    os.environ.update(
+        DATABASE_URL=url,
+        DJANGO_SETTINGS_MODULE=settings,
+        DJANGO_DEBUG="1" if args.debug else "0",
+        DISTSCHED_LOG_LEVEL=args.log_level,
+        PYTHONUNBUFFERED="1",
+    )
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    try:
+        yield url
+    finally:
+        stop_children()
+        from django.db import connections
+
+        connections.close_all()
+
+
 def scratch_dir(name: str) -> Path:
     return Path(f"/tmp/bench-{name}")
 

@@ -19,7 +19,10 @@ issues them and EXPLAINed (PostgreSQL: ``EXPLAIN (ANALYZE, BUFFERS)``; SQLite:
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -39,14 +42,28 @@ ENDPOINTS = [
     # (label, url, target ms)
     ("GET /api/runs?state=dead", "/api/runs?state=dead", 50),
     ("GET /api/runs?state=dead (page 2)", None, 50),
-    ("GET /api/runs", "/api/runs", None),
-    ("GET /api/runs?schedule=scale-7", "/api/runs?schedule=scale-7", None),
-    ("admin runs ?state__exact=dead", "/admin/distsched_app/run/?state__exact=dead", 500),
-    ("admin runs (unfiltered)", "/admin/distsched_app/run/", 500),
+    ("GET /api/runs", "/api/runs", 50),
+    # Every list filter, with common, rare, unknown and idle values (issue 21: index-backed, <= 50 ms).
+    ("GET /api/runs?schedule=scale-7", "/api/runs?schedule=scale-7", 50),
+    ("GET /api/runs?schedule=scale-idle (no run)", "/api/runs?schedule=scale-idle", 50),
+    ("GET /api/runs?schedule=nope (unknown)", "/api/runs?schedule=nope", 50),
+    ("GET /api/runs?origin=manual (1 in 1,000)", "/api/runs?origin=manual", 50),
+    ("GET /api/runs?origin=enqueued", "/api/runs?origin=enqueued", 50),
+    ("GET /api/runs?task_name=tests.noop", "/api/runs?task_name=tests.noop", 50),
+    ("GET /api/runs?task_name=tests.none (unknown)", "/api/runs?task_name=tests.none", 50),
+    ("GET /api/runs?queue=emails", "/api/runs?queue=emails", 50),
+    ("GET /api/runs?queue=nowhere (unknown)", "/api/runs?queue=nowhere", 50),
+    ("GET /api/runs?priority=5 (none)", "/api/runs?priority=5", 50),
+    ("GET /api/runs?state=cancelled", "/api/runs?state=cancelled", 50),
+    ("admin runs ?state__exact=dead", "/admin/distsched_app/run/?state__exact=dead", 300),
+    ("admin runs (unfiltered)", "/admin/distsched_app/run/", 300),
+    ("admin runs ?schedule=scale-idle", "/admin/distsched_app/run/?schedule=scale-idle", 300),
+    ("admin runs ?origin=manual", "/admin/distsched_app/run/?origin=manual", 300),
+    ("admin runs ?queue=emails", "/admin/distsched_app/run/?queue=emails", 300),
     ("GET /api/stats", "/api/stats", 200),
     ("GET /metrics", "/metrics", 200),
     # The operators' pages (issue 20): the run list sorted by its time columns (o=-9: scheduled for,
-    # o=-10: started; the list_display positions), a kwargs search (the last 7 days by default),
+    # o=-10: started; the list_display positions), a kwargs search (the last 24 hours by default),
     # the queues page and API, the dashboard (with the last hour's task timing).
     ("admin runs sorted by started (o=-10)", "/admin/distsched_app/run/?o=-10", 300),
     ("admin runs sorted by scheduled for (o=-9)", "/admin/distsched_app/run/?o=-9", 300),
@@ -57,7 +74,7 @@ ENDPOINTS = [
     ("GET /api/queues", "/api/queues", 50),
     ("admin queues page", "/admin/distsched_app/queuepause/queues/", 300),
     ("admin queue page (default)", "/admin/distsched_app/queuepause/queues/default/", 300),
-    ("admin dashboard", "/admin/distsched_app/run/dashboard/", 300),
+    ("admin dashboard", "/admin/distsched_app/run/dashboard/", 200),
 ]
 
 # Events per run: (second, third) event after ``created``, by final state.
@@ -73,7 +90,41 @@ EVENTS = {
 
 def main() -> int:
     p = c.parser(__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=1_000_000)
+    p.add_argument("--runs", type=int, default=1_000_000, help="Runs of history, spread over the last 30 days.")
+    p.add_argument(
+        "--busy-hour",
+        type=int,
+        default=0,
+        help="Runs more that finished in the last hour (97%% succeeded, 3%% dead): a busy installation's "
+        "throughput, which /metrics, /api/stats and the dashboard must not pay for.",
+    )
+    p.add_argument(
+        "--database-url",
+        help="Target this PostgreSQL database instead of a scratch one (migrated, never dropped); with --reuse, "
+        "a database that already holds runs is measured as it is (build 10M runs once, measure many times).",
+    )
+    p.add_argument("--reuse", action="store_true", help="With --database-url: do not load if runs are there.")
+    p.add_argument("--load-only", action="store_true", help="Load (or reuse) and stop: no measurement.")
+    p.add_argument(
+        "--empty-url",
+        help="A second PostgreSQL database (emptied first) against which --claims are compared in the same run.",
+    )
+    p.add_argument(
+        "--claims",
+        type=int,
+        default=0,
+        help="Measure the 10,000-due tick and claim throughput/p99 with this many runs (0: skip), here and in "
+        "--empty-url, alternating, --repeat times.",
+    )
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument(
+        "--prune-older-than",
+        help="Last: run `distsched prune --older-than AGE` (e.g. 25d) while a claim loop measures p99, and "
+        "compare with the same loop without prune. Deletes history from the database!",
+    )
+    p.add_argument("--no-endpoints", action="store_true")
+    p.add_argument("--with-leader", action="store_true", help="Run a `tick --loop` leader while measuring.")
+    p.add_argument("--claims-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--schedules", type=int, default=1000)
     p.add_argument("--requests", type=int, default=30, help="Timed requests per endpoint.")
     p.add_argument("--no-explain", action="store_true")
@@ -88,15 +139,44 @@ def main() -> int:
         help="Add the optional expression index on kwargs' account_id (docs/reference/rest.md) before measuring.",
     )
     args = p.parse_args()
-    with c.scratch_database(NAME, args):
-        c.header(f"scale: {args.runs:,} runs, {3 * args.runs:,} events", args)
-        load = load_data(args)
+    with _database(args):
+        from distsched_app.models import Run
+
+        if args.claims_child:
+            print("RESULT " + json.dumps(claims_and_tick(args.claims)))
+            return 0
+        if args.reuse and Run.objects.exists():
+            load = {"reused": True, "runs": c.states()}
+            args.runs = sum(load["runs"].values())
+            c.header(f"scale: reusing {args.runs:,} runs", args)
+        else:
+            c.header(f"scale: {args.runs:,} runs + {args.busy_hour:,} in the last hour, 3 events each", args)
+            load = load_data(args)
+        if args.load_only:
+            return 0
         if args.kwargs_index:
             add_kwargs_index()
-        latency = measure_endpoints(args)
-        plans = [] if args.no_explain else explain_hot_queries(args)
-        c.write_results(NAME, args, {"load": load, "endpoints": latency, "explain": plans})
+        results: dict[str, Any] = {"load": load, "sizes": sizes()}
+        if args.claims:
+            results["claims"] = compare_claims(args)
+        leader = _start_leader() if args.with_leader else None
+        results["endpoints"] = [] if args.no_endpoints else measure_endpoints(args)
+        results["figures"] = stored_figures()
+        if leader is not None:
+            c.stop_children()
+        results["explain"] = [] if args.no_explain else explain_hot_queries(args)
+        if args.prune_older_than:
+            results["prune"] = prune_under_claims(args)
+            results["sizes_after_prune"] = sizes()
+        c.write_results(NAME, args, results)
     return 0
+
+
+def _database(args):
+    """A scratch database, or the one ``--database-url`` names (migrated, kept)."""
+    if not args.database_url:
+        return c.scratch_database(NAME, args)
+    return c.existing_database(args.database_url, args)
 
 
 # -- loading -------------------------------------------------------------------
@@ -108,6 +188,14 @@ def _state_case(column: str) -> str:
         f"CASE WHEN mod({column}, 100) < 90 THEN 'succeeded' WHEN mod({column}, 100) < 93 THEN 'dead' "
         f"WHEN mod({column}, 100) < 95 THEN 'retrying' WHEN mod({column}, 100) < 98 THEN 'pending' "
         f"WHEN mod({column}, 100) < 99 THEN 'cancelled' ELSE 'running' END"
+    )
+
+
+def _origin_case(column: str) -> str:
+    """1 run in 50 enqueued (no schedule), 1 in 1,000 manual (a trigger), the rest made by the tick."""
+    return (
+        f"CASE WHEN mod({column}, 50) = 7 THEN 'enqueued' WHEN mod({column}, 1000) = 3 THEN 'manual' "
+        "ELSE 'schedule' END"
     )
 
 
@@ -153,6 +241,9 @@ def _load_postgres(args, timings: dict[str, float]) -> None:
         "n": args.runs,
         "s": args.schedules,
         "step": step_us,
+        "b": args.busy_hour,
+        # the busy hour's slots end a minute ago: every one of its runs has finished
+        "bstep": int(3540 * 1e6 / max(args.busy_hour, 1)),
         "err": ERROR_TEXT,
         "msg": "ValueError: boom",
     }
@@ -193,7 +284,7 @@ def _load_postgres(args, timings: dict[str, float]) -> None:
             INSERT INTO distsched_app_run (schedule_id, task_name, args, kwargs, state, scheduled_for,
                 available_at, attempts, max_attempts, lease_owner, lease_expires_at, started_at, finished_at,
                 last_error, result, queue, origin, idempotency_key, cancel_requested, created_at, updated_at)
-            SELECT %(sid0)s + mod(g, %(s)s), 'tests.noop', '[]',
+            SELECT CASE WHEN o = 'enqueued' THEN NULL ELSE %(sid0)s + mod(g, %(s)s) END, 'tests.noop', '[]',
                    ('{{"account_id": ' || mod(g, 1000) || '}}')::jsonb, st, sf,
                    CASE st WHEN 'retrying' THEN sf + interval '10 minutes' ELSE sf END,
                    CASE st WHEN 'dead' THEN 3 WHEN 'pending' THEN 0 WHEN 'cancelled' THEN 0 ELSE 1 END, 3,
@@ -203,12 +294,17 @@ def _load_postgres(args, timings: dict[str, float]) -> None:
                         THEN sf + interval '10 milliseconds' END,
                    CASE WHEN st IN ('succeeded', 'dead', 'cancelled') THEN sf + interval '50 milliseconds' END,
                    CASE WHEN st IN ('dead', 'retrying') THEN %(err)s ELSE '' END,
-                   NULL, CASE WHEN mod(g, 10) = 0 THEN 'emails' ELSE 'default' END, 'schedule',
+                   NULL, CASE WHEN mod(g, 10) = 0 THEN 'emails' ELSE 'default' END, o,
                    'scale-' || mod(g, %(s)s) || ':' || g, false, sf,
                    sf + interval '50 milliseconds'
-            FROM (SELECT g, {_state_case("g")} AS st,
-                         %(t0)s::timestamptz + (g::bigint * %(step)s) * interval '1 microsecond' AS sf
-                  FROM generate_series(1, %(n)s) g) s
+            FROM (SELECT g, CASE WHEN g > %(n)s THEN CASE WHEN mod(g, 100) < 97 THEN 'succeeded' ELSE 'dead' END
+                                 ELSE {_state_case("g")} END AS st,
+                         CASE WHEN g > %(n)s
+                              THEN %(now)s::timestamptz - interval '1 hour'
+                                   + ((g - %(n)s)::bigint * %(bstep)s) * interval '1 microsecond'
+                              ELSE %(t0)s::timestamptz + (g::bigint * %(step)s) * interval '1 microsecond' END AS sf,
+                         {_origin_case("g")} AS o
+                  FROM generate_series(1, %(n)s + %(b)s) g) s
             """,
             params,
         )
@@ -261,6 +357,8 @@ def _load_sqlite(args, timings: dict[str, float]) -> None:
         "n": args.runs,
         "s": args.schedules,
         "step": SPAN.total_seconds() / args.runs / day,
+        "b": args.busy_hour,
+        "bstep": 3540 / max(args.busy_hour, 1) / day,  # the busy hour's slots end a minute ago
         "err": ERROR_TEXT,
         "msg": "ValueError: boom",
     }
@@ -295,11 +393,12 @@ def _load_sqlite(args, timings: dict[str, float]) -> None:
     params["sid0"] = raw.execute("SELECT min(id) FROM distsched_app_schedule").fetchone()[0]
     raw.execute(
         f"""
-        WITH RECURSIVE seq(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM seq WHERE g < :n)
+        WITH RECURSIVE seq(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM seq WHERE g < :n + :b)
         INSERT INTO distsched_app_run (schedule_id, task_name, args, kwargs, state, scheduled_for,
             available_at, attempts, max_attempts, lease_owner, lease_expires_at, started_at, finished_at,
             last_error, result, queue, origin, idempotency_key, cancel_requested, created_at, updated_at)
-        SELECT :sid0 + g % :s, 'tests.noop', '[]', '{{"account_id": ' || (g % 1000) || '}}', st, {ts("jf")},
+        SELECT CASE WHEN o = 'enqueued' THEN NULL ELSE :sid0 + g % :s END, 'tests.noop', '[]',
+               '{{"account_id": ' || (g % 1000) || '}}', st, {ts("jf")},
                {ts(f"CASE st WHEN 'retrying' THEN jf + 600 * {ms * 1000} ELSE jf END")},
                CASE st WHEN 'dead' THEN 3 WHEN 'pending' THEN 0 WHEN 'cancelled' THEN 0 ELSE 1 END, 3,
                CASE st WHEN 'running' THEN 'bench-worker' ELSE '' END,
@@ -307,10 +406,15 @@ def _load_sqlite(args, timings: dict[str, float]) -> None:
                CASE WHEN st IN ('succeeded', 'dead', 'retrying', 'running') THEN {ts(f"jf + 10 * {ms}")} END,
                CASE WHEN st IN ('succeeded', 'dead', 'cancelled') THEN {ts(f"jf + 50 * {ms}")} END,
                CASE WHEN st IN ('dead', 'retrying') THEN :err ELSE '' END,
-               NULL, CASE WHEN g % 10 = 0 THEN 'emails' ELSE 'default' END, 'schedule',
+               NULL, CASE WHEN g % 10 = 0 THEN 'emails' ELSE 'default' END, o,
                'scale-' || (g % :s) || ':' || g, 0, {ts("jf")}, {ts(f"jf + 50 * {ms}")}
-        FROM (SELECT g, {_state_case("g").replace("mod(g, 100)", "(g % 100)")} AS st,
-                     julianday(:t0) + g * :step AS jf FROM seq)
+        FROM (SELECT g,
+                     CASE WHEN g > :n THEN CASE WHEN g % 100 < 97 THEN 'succeeded' ELSE 'dead' END
+                          ELSE {_state_case("g").replace("mod(g, 100)", "(g % 100)")} END AS st,
+                     CASE WHEN g > :n THEN julianday(:now) - 1 / 24.0 + (g - :n) * :bstep
+                          ELSE julianday(:t0) + g * :step END AS jf,
+                     {_origin_case("g").replace("mod(g, 50)", "(g % 50)").replace("mod(g, 1000)", "(g % 1000)")} AS o
+              FROM seq)
         """,
         params,
     )
@@ -355,6 +459,206 @@ def add_kwargs_index() -> None:
     print(f"expression index on kwargs' account_id built in {time.perf_counter() - start:.1f} s")
 
 
+# -- claims, the tick, prune ---------------------------------------------------
+
+CLAIM_QUEUE = "bench-claims"
+
+
+def claims_and_tick(count: int, *, prefix: str = "bench-due") -> dict[str, float]:
+    """The tick of ``count`` due once-schedules (their own queue), then claim + succeed them all in
+    batches of 32 (claim throughput, p99 of one claim transaction); everything removed after."""
+    from distsched_app.services import claiming, outcomes
+    from distsched_app.services.tick import tick
+
+    base = c.now() - timedelta(seconds=5)
+
+    def make(i: int) -> dict[str, Any]:
+        slot = base + timedelta(microseconds=i)
+        return {"run_at": slot, "next_run_at": slot, "created_at": base, "updated_at": base, "queue": CLAIM_QUEUE}
+
+    _cleanup_claims(prefix)
+    c.bulk_schedules(prefix, count, make, "once")
+    start = time.perf_counter()
+    created = tick(now=c.now())
+    tick_s = time.perf_counter() - start
+    claim_ms: list[float] = []
+    done = 0
+    start = time.perf_counter()
+    while True:
+        t = time.perf_counter()
+        runs = claiming.claim_runs(
+            worker_id="bench-claims", queues=[CLAIM_QUEUE], lease_seconds=60, now=c.now(), limit=32, start_all=True
+        )
+        claim_ms.append((time.perf_counter() - t) * 1000)
+        if not runs:
+            break
+        finished = c.now()
+        outcomes.record_successes(
+            worker_id="bench-claims",
+            now=finished,
+            successes=[
+                outcomes.Success(
+                    run_id=r.pk, attempt=r.attempts, started_at=r.started_at or finished, finished_at=finished
+                )
+                for r in runs
+            ],
+        )
+        done += len(runs)
+    elapsed = time.perf_counter() - start
+    _cleanup_claims(prefix)
+    return {
+        "tick_runs": len(created),
+        "tick_s": tick_s,
+        "claimed": done,
+        "claims_per_s": done / elapsed,
+        "claim_p50_ms": c.percentile(claim_ms, 50),
+        "claim_p99_ms": c.percentile(claim_ms, 99),
+    }
+
+
+def _cleanup_claims(prefix: str) -> None:
+    from django.db import transaction
+
+    from distsched_app.models import Run, RunEvent, Schedule
+
+    with transaction.atomic():
+        RunEvent.objects.filter(run__queue=CLAIM_QUEUE).delete()
+        Run.objects.filter(queue=CLAIM_QUEUE)._raw_delete(Run.objects.db)
+        Schedule.objects.filter(name__startswith=f"{prefix}-")._raw_delete(Schedule.objects.db)
+
+
+def _child(url: str, count: int) -> dict[str, float]:
+    """``claims_and_tick`` in a fresh process on ``url`` (each database its own Django set-up)."""
+    cmd = [sys.executable, __file__, "--database-url", url, "--reuse", "--runs", "0", "--claims-child"]
+    cmd += ["--claims", str(count)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=dict(os.environ, DATABASE_URL=url))
+    line = next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])
+
+
+def compare_claims(args) -> dict[str, Any]:
+    """The same claims and tick here and on --empty-url (emptied), alternating, medians of --repeat."""
+    here = os.environ["DATABASE_URL"]
+    if not args.empty_url:
+        raise SystemExit("--claims needs --empty-url (the empty database to compare with)")
+    rows: dict[str, list[dict[str, float]]] = {"big": [], "empty": []}
+    for _ in range(args.repeat):
+        rows["big"].append(_child(here, args.claims))
+        rows["empty"].append(_child(args.empty_url, args.claims))
+    out: dict[str, Any] = {"runs": rows}
+    table = []
+    for key in ("tick_s", "claims_per_s", "claim_p50_ms", "claim_p99_ms"):
+        big, empty = (c.median([r[key] for r in rows[k]]) for k in ("big", "empty"))
+        out[key] = {"big": big, "empty": empty, "ratio": big / empty if empty else None}
+        table.append([key, f"{empty:.3f}", f"{big:.3f}", f"x{big / empty:.2f}" if empty else "-"])
+    print()
+    print(f"tick of {args.claims:,} due schedules, claim + succeed of its runs (medians of {args.repeat}):")
+    print(c.table(["figure", "empty database", "this database", "ratio"], table))
+    return out
+
+
+def prune_under_claims(args) -> dict[str, Any]:
+    """Claim p99 without and during `distsched prune --older-than AGE`, and prune's rate."""
+    from distsched_app.models import Run, RunEvent
+
+    runs_before, events_before = Run.objects.count(), RunEvent.objects.count()
+    baseline = _child(os.environ["DATABASE_URL"], args.claims or 5000)
+    log = c.scratch_dir(NAME) / "prune.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    proc = c.spawn(["distsched", "prune", "--older-than", args.prune_older_than], log)
+    during = []
+    while proc.poll() is None:
+        during.append(_child(os.environ["DATABASE_URL"], args.claims or 5000))
+    elapsed = time.perf_counter() - start
+    runs_after, events_after = Run.objects.count(), RunEvent.objects.count()
+    deleted = (runs_before - runs_after) + (events_before - events_after)
+    p99_during = c.median([d["claim_p99_ms"] for d in during]) if during else None
+    out = {
+        "older_than": args.prune_older_than,
+        "runs_deleted": runs_before - runs_after,
+        "events_deleted": events_before - events_after,
+        "seconds": elapsed,
+        "rows_per_s": deleted / elapsed,
+        "claim_p99_ms_without": baseline["claim_p99_ms"],
+        "claim_p99_ms_during": p99_during,
+        "claim_rounds_during": len(during),
+        "claims_per_s_without": baseline["claims_per_s"],
+        "claims_per_s_during": c.median([d["claims_per_s"] for d in during]) if during else None,
+        "prune_output": c.tail(log, 5),
+    }
+    print()
+    print(
+        f"prune --older-than {args.prune_older_than}: {out['runs_deleted']:,} runs + {out['events_deleted']:,} events "
+        f"in {elapsed:.1f} s = {out['rows_per_s']:,.0f} rows/s; claim p99 {baseline['claim_p99_ms']:.1f} ms without, "
+        f"{p99_during} ms during ({len(during)} rounds)"
+    )
+    return out
+
+
+def sizes() -> dict[str, Any]:
+    """Table and index sizes, dead tuples (PostgreSQL): the bloat figures of the docs."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return {}
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT c.relname, pg_relation_size(c.oid), COALESCE(s.n_live_tup, 0), COALESCE(s.n_dead_tup, 0)
+            FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+            WHERE c.relname IN ('distsched_app_run', 'distsched_app_runevent')
+            UNION ALL
+            SELECT i.relname, pg_relation_size(i.oid), NULL, NULL
+            FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+            WHERE x.indrelid IN ('distsched_app_run'::regclass, 'distsched_app_runevent'::regclass)
+            ORDER BY 2 DESC
+            """
+        )
+        rows = cur.fetchall()
+    print()
+    print(
+        c.table(
+            ["relation", "MB", "live tuples", "dead tuples"],
+            [
+                [n, round(b / 2**20), "" if live is None else live, "" if dead is None else dead]
+                for n, b, live, dead in rows
+            ],
+        )
+    )
+    return {n: {"bytes": b, "live": live, "dead": dead} for n, b, live, dead in rows}
+
+
+def stored_figures() -> list[dict[str, Any]]:
+    """What each stored figure cost to compute (what the leader pays every ~15 s; readers pay nothing)."""
+    from distsched_app.models import StoredFigure
+
+    rows = list(StoredFigure.objects.order_by("key").values_list("key", "seconds"))
+    if rows:
+        print()
+        print(c.table(["stored figure (services.figures)", "compute ms"], [[k, round(s * 1000, 1)] for k, s in rows]))
+    return [{"key": k, "seconds": s} for k, s in rows]
+
+
+def _start_leader():
+    log = c.scratch_dir(NAME) / "leader.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    proc = c.spawn(["tick", "--loop"], log)
+    time.sleep(3)  # elected and a first turn
+    return proc
+
+
+def _idle_schedule() -> None:
+    """``scale-idle``: a schedule with no run (``?schedule=scale-idle``)."""
+    from distsched_app.models import Schedule
+
+    if not Schedule.objects.filter(name="scale-idle").exists():
+        template = Schedule.objects.filter(name="scale-1").values().first()
+        if template is not None:
+            template.pop("id")
+            Schedule.objects.bulk_create([Schedule(**dict(template, name="scale-idle", paused=True))])
+
+
 # -- endpoint latency ----------------------------------------------------------
 
 
@@ -362,7 +666,10 @@ def measure_endpoints(args) -> list[dict[str, Any]]:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    user = get_user_model().objects.create_superuser("bench", "bench@example.com", "bench-password")
+    user = get_user_model().objects.filter(username="bench").first() or get_user_model().objects.create_superuser(
+        "bench", "bench@example.com", "bench-password"
+    )
+    _idle_schedule()
     client = Client()
     client.force_login(user)
     results = []
@@ -555,6 +862,12 @@ def explain_hot_queries(args) -> list[dict[str, str]]:
         ("stats: the rest of services.stats.stats", lambda: stats.stats(now=now)),
         ("GET /api/runs?state=dead as served", lambda: _get(client, "/api/runs/?state=dead")),
         ("GET /api/runs?schedule=scale-7 as served", lambda: _get(client, "/api/runs/?schedule=scale-7")),
+        ("GET /api/runs?schedule=nope (unknown) as served", lambda: _get(client, "/api/runs/?schedule=nope")),
+        ("GET /api/runs?origin=manual as served", lambda: _get(client, "/api/runs/?origin=manual")),
+        ("GET /api/runs?queue=nowhere as served", lambda: _get(client, "/api/runs/?queue=nowhere")),
+        ("GET /api/runs?task_name=tests.none as served", lambda: _get(client, "/api/runs/?task_name=tests.none")),
+        ("GET /api/runs?priority=5 as served", lambda: _get(client, "/api/runs/?priority=5")),
+        ("admin dashboard as served", lambda: _get(client, "/admin/distsched_app/run/dashboard/")),
         (
             "admin run changelist ?state__exact=dead as served",
             lambda: _get(client, "/admin/distsched_app/run/?state__exact=dead"),

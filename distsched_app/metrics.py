@@ -2,14 +2,20 @@
 
 Nothing is counted in process memory: each scrape builds a fresh registry
 whose collector reads one snapshot (``services.stats.read_snapshot``,
-ten indexed aggregate queries whatever the data) and, when limits are declared,
+ten indexed aggregate queries whatever the data; the three whose cost grows with history or
+throughput are stored figures, ``services.figures``: computed by the leader every 15 s and read
+by the scrape, at most 30 s old) and, when limits are declared,
 their status (``services.limit_summary``: a few queries per limit), so every web process
 answers the same numbers however many workers, tickers and web processes
 run. This module only names and renders the metric families, and serves the view.
 
 The ``*_total`` counters are derived from durable state (succeeded runs, run
 events of a type); pruning history lowers them, which Prometheus' ``rate()``
-treats as a counter reset. For alerts, ``distsched_run_events_last_hour`` is a
+treats as a counter reset. A stored figure only delays them (never lowers them
+out of turn): between two computations they hold their value. The timing
+histograms are gauge histograms over the last hour's finished runs, its newest
+20,000 when more (``stats.SAMPLE``): their ``_gcount`` is the runs described, not the hour's
+throughput (``distsched_run_events_last_hour`` counts that). For alerts, ``distsched_run_events_last_hour`` is a
 window that no prune or requeue disturbs.
 
 Access: a token or session user with the ``distsched_app.view_metrics``
@@ -68,11 +74,11 @@ COUNTERS: dict[str, tuple[str, str]] = {
 TIMING_HELP: dict[str, str] = {
     # stats.TIMINGS name: help
     "run_duration_seconds": "Run duration (finished_at - started_at of the last attempt) of runs that ended "
-    "succeeded or dead in the last hour.",
+    "succeeded or dead in the last hour (its newest 20,000 when more; a gauge histogram of them).",
     "run_start_lag_seconds": "Start lag (started_at - scheduled_for: how late the last attempt started "
-    "after its slot, retry backoff included) of runs finished in the last hour.",
+    "after its slot, retry backoff included) of runs finished in the last hour (its newest 20,000 when more).",
     "run_claim_latency_seconds": "Claim latency (started_at - available_at: how long the last attempt waited "
-    "for a worker once eligible) of runs finished in the last hour.",
+    "for a worker once eligible) of runs finished in the last hour (its newest 20,000 when more).",
 }
 
 
@@ -116,8 +122,8 @@ def families(s: Snapshot) -> Iterator[Metric]:
     """The metric families of one snapshot (pure: no database, no clock)."""
     runs = GaugeMetricFamily(
         "distsched_runs",
-        "Runs by current state, queue and origin (schedule, manual, enqueued; exact; on PostgreSQL with more "
-        "than 100,000 succeeded/cancelled/skipped runs those three may be up to 10 s old).",
+        "Runs by current state, queue and origin (schedule, manual, enqueued; exact; succeeded/cancelled/skipped "
+        "may be up to 30 s old once counting them takes 50 ms: a stored figure).",
         labels=["state", "queue", "origin"],
     )
     # Every origin with a zero where it has no runs (stable series); one stored by hand too, so the
@@ -131,7 +137,7 @@ def families(s: Snapshot) -> Iterator[Metric]:
     by_queue = runs_by_state_and_queue(s.runs)
     succeeded = CounterMetricFamily(
         "distsched_runs_succeeded",
-        "Runs that succeeded (runs in state succeeded; like distsched_runs, up to 10 s old on a large PostgreSQL).",
+        "Runs that succeeded (runs in state succeeded; like distsched_runs, up to 30 s old on a large history).",
         labels=["queue"],
     )
     for queue in s.queues:
@@ -142,7 +148,8 @@ def families(s: Snapshot) -> Iterator[Metric]:
         yield CounterMetricFamily(name, text, value=s.events.get(event_type, 0))
     recent = GaugeMetricFamily(
         "distsched_run_events_last_hour",
-        "Run events of each type recorded in the last hour (unaffected by prune and requeue: use it for alerts).",
+        "Run events of each type recorded in the last hour (unaffected by prune and requeue: use it for alerts; "
+        "up to 30 s old once counting them takes 50 ms).",
         labels=["event_type"],
     )
     for event_type in WINDOWED_EVENTS:

@@ -17,6 +17,7 @@ from .audit_models import AuditAction, AuditEntry, AuditSource, AuditTarget  # n
 from .bulk_models import UNFINISHED_BULK_STATES, BulkAction, BulkKind, BulkState  # noqa: F401 - re-exported
 from .conf import conf
 from .fields import StorableJSONField
+from .figure_models import StoredFigure  # noqa: F401 - re-exported
 from .leader_models import Leader  # noqa: F401 - re-exported
 from .limit_models import Limit, LimitAction, LimitEvent, LimitHold, LimitPartition  # noqa: F401 - re-exported
 from .queue_models import QueueAction, QueueEvent, QueuePause, not_paused_sql  # noqa: F401 - re-exported
@@ -327,6 +328,20 @@ class Run(models.Model):
             # A schedule's runs, newest first. Partial: enqueued runs (no schedule) do not write it.
             models.Index(
                 fields=["schedule", "-id"], name="distsched_run_sched_id", condition=Q(schedule__isnull=False)
+            ),
+            # The run list filtered by one column, newest first (``GET /api/runs?task_name=|queue=|origin=|
+            # priority=``, the admin's filters): a walk of the primary key would read the whole table for a
+            # rare or unknown value. Priority: only the runs off the default (0), whose list is the one a
+            # walk of the primary key cannot serve; the filter repeats the condition so SQLite uses it.
+            models.Index(fields=["task_name", "-id"], name="distsched_run_task_id"),
+            models.Index(fields=["queue", "-id"], name="distsched_run_queue_id"),
+            models.Index(fields=["origin", "-id"], name="distsched_run_origin_id"),
+            models.Index(fields=["priority", "-id"], name="distsched_run_prio_id", condition=~Q(priority=0)),
+            # Runs of a deleted schedule by its name (``?schedule=<name>`` once the schedule is gone).
+            models.Index(
+                fields=["deleted_schedule", "-id"],
+                name="distsched_run_deleted_sched",
+                condition=Q(deleted_schedule__isnull=False),
             ),
             # Finished runs only (prune, recent durations): pending inserts skip it.
             models.Index(fields=["finished_at"], name="distsched_run_finished", condition=Q(finished_at__isnull=False)),

@@ -14,7 +14,7 @@ from drf_spectacular.utils import extend_schema_field
 
 from ..clock import current_clock
 from ..models import MAX_PRIORITY, MIN_PRIORITY, Origin, Run, RunState, Schedule, ScheduleKind
-from ..services import run_search
+from ..services import queries, run_search
 
 BOOLEAN_CHOICES = [("true", "true"), ("false", "false")]
 NO_NUL = "^[^\\u0000]*$"
@@ -61,7 +61,10 @@ def bound_filter(word: str) -> django_filters.CharFilter:
 
 class RunFilter(django_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=RunState.choices, help_text="Only runs in this state.")
-    schedule = text_filter("Only runs of the schedule with this name.", field_name="schedule__name")
+    schedule = text_filter(
+        "Only runs of the schedule with this name (or, if no schedule has it, of a deleted schedule that had it).",
+        method="filter_schedule",
+    )
     task_name = text_filter("Only runs of this task.")
     queue = text_filter("Only runs on this queue.")
     origin = django_filters.ChoiceFilter(
@@ -69,7 +72,7 @@ class RunFilter(django_filters.FilterSet):
     )
     priority = extend_schema_field(
         {"type": "integer", "minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY, "description": PRIORITY_HELP}
-    )(IntegerFilter(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY, help_text=PRIORITY_HELP))
+    )(IntegerFilter(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY, help_text=PRIORITY_HELP, method="filter_priority"))
     since = bound_filter("at or after")
     until = bound_filter("before")
 
@@ -77,6 +80,12 @@ class RunFilter(django_filters.FilterSet):
         model = Run
         form = StrictFilterForm
         fields = ["state", "schedule", "task_name", "queue", "origin", "priority", "since", "until"]
+
+    def filter_schedule(self, queryset, name, value):
+        return queryset.filter(queries.schedule_runs_q(value))
+
+    def filter_priority(self, queryset, name, value):
+        return queryset.filter(queries.priority_q(value))
 
     def bounded_below(self, queryset, name, value):
         return queryset  # since/until apply with the kwargs search, in filter_queryset

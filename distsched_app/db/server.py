@@ -7,10 +7,11 @@ callers hold no vendor checks of their own.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 from django.db import connection, connections
-from django.db.models import Model
+from django.db.models import Model, QuerySet
 
 
 def clock_timestamp() -> datetime | None:
@@ -39,6 +40,20 @@ def row_estimate(model: type[Model], *, using: str = "default") -> int | None:
         cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [model._meta.db_table])
         row = cursor.fetchone()
     return int(row[0]) if row and row[0] is not None else -1
+
+
+def query_estimate(qs: QuerySet) -> int | None:
+    """The planner's estimate of the rows ``qs`` returns (PostgreSQL ``EXPLAIN``, no execution);
+    None on SQLite."""
+    db = connections[qs.db]
+    if db.vendor != "postgresql":
+        return None
+    sql, params = qs.order_by().query.sql_with_params()
+    with db.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0]
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    return int(plan[0]["Plan"]["Plan Rows"])
 
 
 def counts_are_costly() -> bool:

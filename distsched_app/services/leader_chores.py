@@ -7,6 +7,9 @@ leader's turn raises ``NotLeader`` before writing, and it steps down. The chores
 - the tick (every turn);
 - the flow-control sweep (``limits.sweep``, every ``SWEEP_SECONDS``): idempotent,
   so it needs no fence; workers run it themselves only while nobody leads;
+- the stored operator figures (``figures.refresh``, every ``FIGURES_SECONDS``): the stalest one
+  older than 15 s is computed again, so ``/metrics``, ``/api/stats`` and the dashboard read them
+  instead of counting a large history (one figure per turn: a turn's tick waits for one at most);
 - retention (``DISTSCHED["RETENTION"]``), in batches for at most half a second
   per turn while old runs remain, else once a minute; its figures are logged
   once a minute while it deletes.
@@ -22,13 +25,16 @@ from collections.abc import Callable
 from datetime import datetime
 
 from ..errors import NotLeader
-from . import limits, retention, workflow_release
+from . import figures, limits, retention, workflow_release
+from . import queue_stats as _queue_stats  # noqa: F401 - registers its figures
+from . import stats as _stats  # noqa: F401 - registers its figures
 from .leader import Elector, Store
 from .tick import NewRun, tick
 
 logger = logging.getLogger("distsched")
 
 RETENTION_IDLE_SECONDS = 60.0
+FIGURES_SECONDS = 1.0
 REPORT_EVERY_SECONDS = 60.0
 
 
@@ -47,6 +53,7 @@ class Leadership:
         self.next_sweep = 0.0
         self.next_workflow_sweep = 0.0
         self.next_retention = 0.0
+        self.next_figures = 0.0
         self._deleted = [0, 0]  # runs, events since the last report
         self._report_from = monotonic()
 
@@ -82,6 +89,9 @@ class Leadership:
         if mono >= self.next_workflow_sweep and self.elector.leading():  # nodes a missed transition left waiting
             self.next_workflow_sweep = mono + workflow_release.SWEEP_SECONDS
             workflow_release.sweep(now)
+        if mono >= self.next_figures and self.elector.leading():
+            self.next_figures = mono + FIGURES_SECONDS
+            figures.refresh(now)
         if mono >= self.next_retention and self.elector.leading():
             done = self.retention.apply(now, fence=self.elector.term)
             self._deleted[0] += done.runs

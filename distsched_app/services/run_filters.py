@@ -20,9 +20,11 @@ from ..clock import iso_utc
 from ..errors import ValidationError
 from ..models import MAX_PRIORITY, MIN_PRIORITY, Origin, RunState
 from ..text import unstorable
+from . import queries
 from .validation import bounded_int
 
 TEXT_KEYS = {"schedule": "schedule__name", "task_name": "task_name", "queue": "queue"}
+"""The text keys and their fields (``schedule`` is resolved to its id first: ``queries.schedule_runs_q``)."""
 TIME_KEYS = {
     "created_after": "created_at__gte",
     "created_before": "created_at__lt",
@@ -103,10 +105,14 @@ def to_q(cleaned: dict[str, Any]) -> Q:
     for key, value in cleaned.items():
         if key == "state":
             q &= Q(state__in=value) if isinstance(value, list) else Q(state=value)
+        elif key == "schedule":
+            q &= queries.schedule_runs_q(value)
         elif key in TEXT_KEYS:
             q &= Q(**{TEXT_KEYS[key]: value})
-        elif key in ("origin", "priority"):
-            q &= Q(**{key: value})
+        elif key == "priority":
+            q &= queries.priority_q(value)
+        elif key == "origin":
+            q &= Q(origin=value)
         else:
             q &= Q(**{TIME_KEYS[key]: _moment(key, value)})
     return q

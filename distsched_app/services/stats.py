@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from typing import Any
 
 from django.core.cache import cache
@@ -31,13 +32,15 @@ from django.db.models import Avg, Count, F, Min, Q, Sum
 
 from ..clock import iso_utc
 from ..conf import conf
-from ..db import server
 from ..db.expressions import Microseconds, UTCHour
 from ..models import EventType, Liveness, QueuePause, Run, RunEvent, RunState, Schedule, Worker
 from . import capabilities as capability_service
-from . import queue_labels, unknown_tasks
+from . import figures, queue_labels, unknown_tasks
 
 RECENT = timedelta(hours=24)
+SAMPLE = 20_000
+"""At most this many runs, the newest, feed a figure over a window (mean duration, timing histograms):
+its cost is bounded whatever the throughput."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,13 +75,10 @@ class Stats:
         return data
 
 
-BIG_TERMINAL_STATES = (RunState.SUCCEEDED, RunState.CANCELLED, RunState.SKIPPED)
-"""States that grow with all history: the only counts that may come from the short-lived cache."""
-# Named for its (state, queue, origin) keys: a figure cached by an older release is never read.
-BIG_TERMINAL_CACHE_KEY = "distsched:stats:big-terminal-run-counts:state-queue-origin"
-BIG_TERMINAL_CACHE_SECONDS = 10
-BIG_TERMINAL_CACHE_ABOVE = 100_000
-"""PostgreSQL caches the big terminal counts only above this many such runs (below, counting is cheap)."""
+BIG_TERMINAL_STATES = (RunState.SUCCEEDED, RunState.CANCELLED, RunState.SKIPPED, RunState.DEAD)
+"""The final states, which grow with all history: the only counts that may come from a stored figure
+(dead too: at 3% of ten million runs, 300,000 index entries)."""
+BIG_TERMINAL_FIGURE = "run_counts:big-terminal"
 
 
 RunCounts = dict[tuple[str, str, str], int]
@@ -90,24 +90,29 @@ def _counts(qs: models.QuerySet) -> RunCounts:
     return {(row["state"], row["queue"], row["origin"]): row["n"] for row in rows}
 
 
-def run_counts() -> RunCounts:
+def _big_terminal_counts(now: datetime | None = None) -> RunCounts:
+    return _counts(Run.objects.filter(state__in=BIG_TERMINAL_STATES))
+
+
+figures.register(BIG_TERMINAL_FIGURE, _big_terminal_counts)
+
+
+def _active_and_dead_counts() -> RunCounts:
+    return _counts(Run.objects.filter(state__in=[s for s in RunState.values if s not in BIG_TERMINAL_STATES]))
+
+
+def run_counts(now: datetime | None = None) -> RunCounts:
     """Runs by ``(state, queue, origin)``, read from the ``(state, queue, origin)`` index alone
     (no table row).
 
-    Active states and dead are always exact (a range of the index of a few
-    percent of the runs). The big terminal states (succeeded, cancelled,
-    skipped) are exact too, except on PostgreSQL with more than
-    ``BIG_TERMINAL_CACHE_ABOVE`` of them: counting 900,000 index entries there
-    costs ~90 ms, so that figure is kept in the Django cache for at most
-    ``BIG_TERMINAL_CACHE_SECONDS`` (it is still counted from the database, just
-    at most 10 s ago). SQLite counts them in ~70 ms and never caches.
+    Active states are always exact (a range of the index over the backlog). The final states
+    (succeeded, cancelled, skipped, dead) grow with all history:
+    counting ten million index entries takes about a second. Given ``now``, that count is a
+    stored figure (``services.figures``: at most 30 s old, recomputed by the leader) once
+    counting took 50 ms or more; without ``now``, or while counting is quick, it is exact.
     """
-    counts = _counts(Run.objects.filter(state__in=[s for s in RunState.values if s not in BIG_TERMINAL_STATES]))
-    big = cache.get(BIG_TERMINAL_CACHE_KEY)
-    if big is None:
-        big = _counts(Run.objects.filter(state__in=BIG_TERMINAL_STATES))
-        if server.counts_are_costly() and sum(big.values()) > BIG_TERMINAL_CACHE_ABOVE:
-            cache.set(BIG_TERMINAL_CACHE_KEY, big, BIG_TERMINAL_CACHE_SECONDS)
+    counts = _active_and_dead_counts()
+    big = _big_terminal_counts() if now is None else figures.memo(BIG_TERMINAL_FIGURE, now, _big_terminal_counts)
     return counts | big
 
 
@@ -126,17 +131,19 @@ def runs_by_state_and_queue(counts: RunCounts) -> dict[tuple[str, str], int]:
     return out
 
 
-def stats(*, now: datetime, recent_failures: int = 10) -> Stats:
+def _last_day(now: datetime) -> tuple[float | None, dict[str, int]]:
+    """The mean duration (µs) of the newest ``SAMPLE`` runs succeeded in the last 24 hours (a range of the
+    ``(state, finished_at)`` index, newest first, whatever the throughput), and the retries and
+    failures recorded in them (the ``(event_type, created_at)`` index)."""
     since = now - RECENT
-    schedule_counts = Schedule.objects.aggregate(total=Count("id"), paused=Count("id", filter=Q(paused=True)))
-    overdue = Schedule.objects.overdue(now, conf.MISFIRE_GRACE_SECONDS).count()
-    workers = Worker.objects.liveness_counts(now)
-    # The finished_at index bounds this to the last 24 hours of runs. The state is a
-    # FILTER, not a WHERE: with state = 'succeeded' in the WHERE, SQLite walked the
-    # state index over every succeeded run ever.
-    mean = Run.objects.filter(finished_at__gte=since, started_at__isnull=False).aggregate(
-        mean=Avg(Microseconds(F("finished_at"), F("started_at")), filter=Q(state=RunState.SUCCEEDED))
-    )["mean"]
+    newest = (
+        Run.objects.filter(state=RunState.SUCCEEDED, finished_at__gte=since, started_at__isnull=False)
+        .order_by("-finished_at")
+        .values("pk")[:SAMPLE]
+    )
+    mean = Run.objects.filter(pk__in=newest).aggregate(mean=Avg(Microseconds(F("finished_at"), F("started_at"))))[
+        "mean"
+    ]
     event_counts = {
         row["event_type"]: row["n"]
         for row in RunEvent.objects.filter(
@@ -144,8 +151,21 @@ def stats(*, now: datetime, recent_failures: int = 10) -> Stats:
         )
         .order_by()
         .values("event_type")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("created_at"))
     }
+    return mean, event_counts
+
+
+LAST_DAY_FIGURE = "stats:last-24h"
+figures.register(LAST_DAY_FIGURE, _last_day)
+
+
+def stats(*, now: datetime, recent_failures: int = 10) -> Stats:
+    schedule_counts = Schedule.objects.aggregate(total=Count("id"), paused=Count("id", filter=Q(paused=True)))
+    overdue = Schedule.objects.overdue(now, conf.MISFIRE_GRACE_SECONDS).count()
+    workers = Worker.objects.liveness_counts(now)
+    stored = figures.memo_many(now, {BIG_TERMINAL_FIGURE: _big_terminal_counts, LAST_DAY_FIGURE: _last_day})
+    mean, event_counts = stored[LAST_DAY_FIGURE]
     failures = [
         RecentFailure(
             run_id=e.run_id, task_name=e.run.task_name, attempt=e.attempt, message=e.message[:500], at=e.created_at
@@ -157,7 +177,7 @@ def stats(*, now: datetime, recent_failures: int = 10) -> Stats:
         .order_by("-created_at", "-id")[:recent_failures]
     ]
     return Stats(
-        runs_by_state=runs_by_state(),
+        runs_by_state=runs_by_state(_active_and_dead_counts() | stored[BIG_TERMINAL_FIGURE]),
         schedules_total=schedule_counts["total"],
         schedules_paused=schedule_counts["paused"],
         schedules_overdue=overdue,
@@ -200,25 +220,71 @@ def hour_floor(moment: datetime) -> datetime:
 def outcomes_per_hour(*, now: datetime, hours: int = 24) -> list[HourOutcomes]:
     """Attempts ended per UTC hour by outcome, oldest hour first; the last hour is the current one.
 
-    One grouped query on the ``(event_type, created_at)`` index, whatever the
-    number of runs.
+    Counted on the ``(event_type, created_at)`` index, whatever the number of runs; but every
+    outcome event of the hours is an index entry read, a million an hour on a busy installation.
+    So each closed hour is a stored figure of its own (``services.figures``: computed once, when
+    it took 50 ms or more, and kept for two days: a closed hour's events do not change), and the
+    open hour one the leader recomputes every 15 s (at most 30 s old).
     """
     current = hour_floor(now)
     first = current - timedelta(hours=hours - 1)
+    closed = {_hour_key(first + timedelta(hours=i)): first + timedelta(hours=i) for i in range(hours - 1)}
+
+    def compute_missing(keys: list[str]) -> dict[str, dict[str, int]]:
+        starts = [closed[key] for key in keys]
+        by_hour = _outcomes_by_hour(min(starts), current, starts)
+        return {key: by_hour[closed[key]] for key in keys}
+
+    stored = figures.memo_batch(now, list(closed), compute_missing, max_age=CLOSED_HOUR_SECONDS)
+    start, counts = figures.memo(OPEN_HOUR_FIGURE, now, _open_hour)
+    if start != current:  # stored in the previous hour: this one has just begun
+        start, counts = _open_hour(now)
+    return [HourOutcomes(start=h, counts=stored[key]) for key, h in closed.items()] + [
+        HourOutcomes(start=current, counts=counts)
+    ]
+
+
+def _outcomes_by_hour(start: datetime, end: datetime, hours: list[datetime]) -> dict[datetime, dict[str, int]]:
+    """Outcome counts of ``hours`` (UTC hour starts), from one grouped query over [start, end)."""
     outcome_of = {event: outcome for outcome, event in OUTCOME_EVENTS.items()}
     rows = (
-        RunEvent.objects.filter(event_type__in=list(outcome_of), created_at__gte=first, created_at__lte=now)
+        RunEvent.objects.filter(event_type__in=list(outcome_of), created_at__gte=start, created_at__lt=end)
         .annotate(hour=UTCHour("created_at"))
         .order_by()
         .values("hour", "event_type")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("created_at"))
     )
-    buckets = {first + timedelta(hours=i): dict.fromkeys(OUTCOMES, 0) for i in range(hours)}
+    buckets = {h: dict.fromkeys(OUTCOMES, 0) for h in hours}
     for row in rows:
         bucket = buckets.get(hour_floor(row["hour"]))
         if bucket is not None:
             bucket[outcome_of[row["event_type"]]] += row["n"]
-    return [HourOutcomes(start=start, counts=counts) for start, counts in buckets.items()]
+    return buckets
+
+
+OPEN_HOUR_FIGURE = "dashboard:outcomes-open-hour"
+CLOSED_HOUR_SECONDS = 2 * 86400.0
+"""A closed hour's outcome counts are kept this long (the chart shows 24 hours)."""
+
+
+def _hour_key(start: datetime) -> str:
+    return f"dashboard:outcomes-hour:{iso_utc(start)}"
+
+
+def _closed_hour(start: datetime, now: datetime) -> dict[str, int]:
+    return _outcomes_by_hour(start, start + timedelta(hours=1), [start])[start]
+
+
+def _open_hour(now: datetime) -> tuple[datetime, dict[str, int]]:
+    """The open hour's counts; on the leader's refresh also the hour that just closed, so no
+    reader pays for it."""
+    current = hour_floor(now)
+    previous = current - timedelta(hours=1)
+    figures.memo(_hour_key(previous), now, partial(_closed_hour, previous), max_age=CLOSED_HOUR_SECONDS)
+    return current, _outcomes_by_hour(current, now + timedelta(microseconds=1), [current])[current]
+
+
+figures.register(OPEN_HOUR_FIGURE, _open_hour)
 
 
 def overdue_schedules(*, now: datetime, limit: int = 20) -> list[Schedule]:
@@ -300,16 +366,8 @@ class Snapshot:
     runs_with_unknown_task: int = 0  # waiting runs whose task no live worker has registered
 
 
-def read_snapshot(now: datetime) -> Snapshot:
-    """Ten small queries (two more with TASK_REQUIRES), each read from an index (the events table
-    only through ``(event_type, created_at)``)."""
-    # From the (state, queue, origin) index alone: no runs table row is read (see run_counts for exactness).
-    runs = run_counts()
-    # The claim query's partial index (queue, available_at) over waiting runs only.
-    oldest_waiting = {
-        row["queue"]: row["oldest"]
-        for row in Run.objects.waiting(now).order_by().values("queue").annotate(oldest=Min("available_at"))
-    }
+def _event_counts(now: datetime) -> tuple[dict[str, int], dict[str, int]]:
+    """Events by type: every rare one (``COUNTED_EVENTS``, all time) and each type's of the last hour."""
     # Ranges of the (event_type, created_at) index only: every rare event, and the
     # last hour of the frequent ones (one statement, two index ranges: an OR of
     # the two made the planners read far more of the index). Counting created_at needs no event row.
@@ -333,6 +391,27 @@ def read_snapshot(now: datetime) -> Snapshot:
     for row in rare.union(frequent, all=True).order_by():  # no Meta.ordering on a union of groups
         events[row["event_type"]] = row["n"]
         recent_events[row["event_type"]] = row["recent"]
+    return events, recent_events
+
+
+EVENTS_FIGURE = "metrics:events"
+TIMINGS_FIGURE = "metrics:timings"
+
+
+def read_snapshot(now: datetime) -> Snapshot:
+    """Ten small queries (two more with TASK_REQUIRES), each read from an index (the events table
+    only through ``(event_type, created_at)``)."""
+    # From the (state, queue, origin) index alone: no runs table row is read (see run_counts for exactness).
+    stored = figures.memo_many(
+        now, {BIG_TERMINAL_FIGURE: _big_terminal_counts, EVENTS_FIGURE: _event_counts, TIMINGS_FIGURE: _timings}
+    )
+    runs = _active_and_dead_counts() | stored[BIG_TERMINAL_FIGURE]
+    # The claim query's partial index (queue, available_at) over waiting runs only.
+    oldest_waiting = {
+        row["queue"]: row["oldest"]
+        for row in Run.objects.waiting(now).order_by().values("queue").annotate(oldest=Min("available_at"))
+    }
+    events, recent_events = stored[EVENTS_FIGURE]
     beats = list(
         Worker.objects.not_stopped()
         .order_by("worker_id")
@@ -355,7 +434,7 @@ def read_snapshot(now: datetime) -> Snapshot:
         oldest_waiting=oldest_waiting,
         events=events,
         recent_events=recent_events,
-        timings=_timings(now),
+        timings=stored[TIMINGS_FIGURE],
         workers=workers,
         live_workers=live_workers,
         schedules_total=schedules["total"],
@@ -392,10 +471,17 @@ def _runs_with_unknown_task(now: datetime, alive: unknown_tasks.LiveWorkers) -> 
 
 
 def _timings(now: datetime) -> dict[str, dict[str, Timing]]:
-    """One grouped query over the window (``finished_at`` index): bucket counts as conditional COUNTs."""
-    qs = Run.objects.filter(
-        finished_at__gte=now - WINDOW, state__in=[RunState.SUCCEEDED, RunState.DEAD], started_at__isnull=False
-    ).order_by()
+    """One grouped query over the newest ``SAMPLE`` runs of the window (``finished_at`` index, newest
+    first): bucket counts as conditional COUNTs. Each run costs about 9 µs, so a million runs an
+    hour would cost 9 s; the sample bounds it (the window's runs, or its newest ``SAMPLE``)."""
+    newest = (
+        Run.objects.filter(
+            finished_at__gte=now - WINDOW, state__in=[RunState.SUCCEEDED, RunState.DEAD], started_at__isnull=False
+        )
+        .order_by("-finished_at")
+        .values("pk")[:SAMPLE]
+    )
+    qs = Run.objects.filter(pk__in=newest).order_by()
     aggregates: dict[str, Any] = {}
     for name, (end, start) in TIMINGS.items():
         qs = qs.alias(**{name: Microseconds(F(end), F(start))})  # in the database, exact to the microsecond
@@ -413,3 +499,7 @@ def _timings(now: datetime) -> dict[str, dict[str, Timing]]:
                 total_seconds=total / 1_000_000 if total is not None else 0.0,
             )
     return out
+
+
+figures.register(EVENTS_FIGURE, _event_counts)
+figures.register(TIMINGS_FIGURE, _timings)

@@ -58,6 +58,18 @@ def test_the_default_window_and_explicit_bounds():
     assert found({"kwargs__account_id": "1", "since": until, "until": since}) == []  # an empty span: nothing
 
 
+def test_the_default_search_reads_at_most_the_newest_runs_of_its_window(monkeypatch):
+    """A busy day holds millions of runs: without bounds the search reads at most the newest
+    DEFAULT_MAX_RUNS (by id); explicit bounds read the whole span they ask for."""
+    monkeypatch.setattr(run_search, "DEFAULT_MAX_RUNS", 3)
+    matching = [add(at=T0 - timedelta(minutes=10 - i), account_id=1) for i in range(3)]
+    add(at=T0 - timedelta(minutes=5), account_id=2)
+    add(at=T0 - timedelta(minutes=4), account_id=2)
+    assert found({"kwargs__account_id": "1"}) == [matching[2].pk]  # the newest three ids: one matches
+    since = (T0 - timedelta(hours=1)).isoformat()
+    assert found({"kwargs__account_id": "1", "since": since}) == [r.pk for r in matching]
+
+
 @pytest.mark.parametrize(
     "params",
     [

@@ -129,12 +129,12 @@ def test_run_counts_are_exact_by_state_queue_and_origin(make_schedule, clock):
     assert by_state[RunState.SKIPPED] == 0 and sum(by_state.values()) == Run.objects.count()
 
 
-def test_run_counts_cost_two_grouped_queries(make_schedule, django_assert_num_queries, _no_cached_counts):
+def test_run_counts_cost_two_grouped_queries(make_schedule, django_assert_num_queries):
     a, b = make_schedule("a"), make_schedule("b")
     for origin in Origin.values:
         _run(a, RunState.SUCCEEDED, origin=origin)
         _run(b, RunState.PENDING, origin=origin)  # another schedule: one slot each
-    with django_assert_num_queries(2):  # active and dead, then the big terminal states
+    with django_assert_num_queries(2):  # active, then the final states
         counts = run_counts()
     assert sum(counts.values()) == 6
 
@@ -162,37 +162,25 @@ def test_recent_failures_newest_first(make_schedule):
     assert s.failures_last_24h == 3
 
 
-@pytest.fixture
-def _no_cached_counts():
-    from django.core.cache import cache
+def test_big_terminal_counts_are_a_stored_figure_once_counting_them_is_slow(make_schedule, monkeypatch):
+    """Deliberate change (issue 21): the final states' counts (dead included) are a stored figure
+    (``services.figures``, shared by every process, at most 30 s old) once counting takes
+    ``SLOW_SECONDS``; before, a per-process 10 s cache on PostgreSQL above 100,000 runs."""
+    from distsched_app.services import figures
 
-    from distsched_app.services import stats as stats_module
-
-    cache.delete(stats_module.BIG_TERMINAL_CACHE_KEY)
-    yield
-    cache.delete(stats_module.BIG_TERMINAL_CACHE_KEY)  # no stale figure for the next test, even on failure
-
-
-@pytest.mark.usefixtures("_no_cached_counts")
-def test_big_terminal_counts_cached_only_on_a_large_postgresql(make_schedule, monkeypatch):
-    from django.core.cache import cache
-    from django.db import connection
-
-    from distsched_app.services import stats as stats_module
-
-    monkeypatch.setattr(stats_module, "BIG_TERMINAL_CACHE_ABOVE", 1)
     a = make_schedule("a")
     for _ in range(2):
         _run(a, RunState.SUCCEEDED)
-    assert run_counts()[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == 2
+    assert run_counts(T0)[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == 2  # quick: not stored
+    monkeypatch.setattr(figures, "SLOW_SECONDS", 0.0)
+    assert run_counts(T0)[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == 2  # stored now
     _run(a, RunState.SUCCEEDED)
-    _run(a, RunState.DEAD)
-    counts = run_counts()
-    assert counts[(RunState.DEAD, "default", Origin.MANUAL)] == 1  # active and dead: always exact
-    cached = connection.vendor == "postgresql"
-    assert counts[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == (2 if cached else 3)
-    cache.delete(stats_module.BIG_TERMINAL_CACHE_KEY)
-    assert run_counts()[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == 3
+    _run(a, RunState.PENDING)
+    counts = run_counts(T0 + timedelta(seconds=29))
+    assert counts[(RunState.PENDING, "default", Origin.MANUAL)] == 1  # active: always exact
+    assert counts[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == 2  # the stored figure
+    assert run_counts()[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == 3  # no clock: exact
+    assert run_counts(T0 + timedelta(seconds=30))[(RunState.SUCCEEDED, "default", Origin.MANUAL)] == 3  # aged out
 
 
 def test_one_liveness_rule_for_a_row_its_row_sets_and_the_counts(clock, settings):

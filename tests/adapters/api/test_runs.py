@@ -166,14 +166,14 @@ def test_invalid_cursor_is_404(api, make_runs, cursor):
     assert response.json() == {"detail": "Invalid cursor"}
 
 
-@pytest.mark.parametrize(("query", "total"), [("", 50), ("?state=pending", 50), ("?schedule=s1", 17)])
-def test_list_costs_the_same_queries_for_5_and_50_rows(api, make_runs, django_assert_num_queries, query, total):
+@pytest.mark.parametrize(("query", "total", "count"), [("", 50, 4), ("?state=pending", 50, 4), ("?schedule=s1", 17, 5)])
+def test_list_costs_the_same_queries_for_5_and_50_rows(api, make_runs, django_assert_num_queries, query, total, count):
     make_runs(50)
     # One query authenticates the token, two read the user's permissions (own and groups'),
-    # one reads the page (schedule names joined in).
-    with django_assert_num_queries(4):
+    # one reads the page (schedule names joined in); ?schedule= first resolves the name to an id.
+    with django_assert_num_queries(count):
         small = api.get(f"/api/runs{query}{'&' if query else '?'}page_size=5")
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(count):
         large = api.get(f"/api/runs{query}{'&' if query else '?'}page_size=50")
     assert small.status_code == large.status_code == 200
     assert len(small.json()["results"]) == 5
