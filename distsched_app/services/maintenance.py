@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from ..db import locks
+from ..db import locks, run_delete
 from ..db.leader import Term
 from ..errors import ValidationError
 from ..models import TERMINAL_STATES, Run, RunEvent, RunQuerySet, Worker
@@ -194,7 +194,12 @@ def delete_batch(
         qs = candidates.order_by("finished_at")
         if after is not None:
             qs = qs.filter(finished_at__gte=after)
-        rows = list(locks.skip_locked(qs).values_list("pk", "finished_at")[:batch_size])
+        locked = locks.skip_locked(qs).values_list("pk", "finished_at")[:batch_size]
+        one_statement = run_delete.statement(locked)
+        if one_statement is not None:  # PostgreSQL: the batch in one round trip
+            runs, events, latest = run_delete.run(*one_statement)
+            return (runs, events, latest) if runs else (0, 0, None)
+        rows = list(locked)
         if not rows:
             return 0, 0, None
         ids = [pk for pk, _ in rows]

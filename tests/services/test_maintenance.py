@@ -94,9 +94,48 @@ def test_deletes_in_batches_each_its_own_transaction(sched):
     run_deletes = [
         q["sql"]
         for q in ctx.captured_queries
-        if q["sql"].startswith('DELETE FROM "distsched_app_run"') and "WHERE" in q["sql"]
+        if 'DELETE FROM "distsched_app_run" WHERE' in q["sql"]  # alone, or in PostgreSQL's one statement
     ]
-    assert len(run_deletes) == 3
+    # PostgreSQL's one statement per batch is also the probe that finds a state's walk done.
+    probes = len(TERMINAL_STATES) if connection.vendor == "postgresql" else 0
+    assert len(run_deletes) == 3 + probes
+
+
+@pytest.mark.postgres
+def test_postgresql_deletes_a_batch_and_what_points_at_it_in_one_statement(sched):
+    old = [make_run(sched, RunState.SUCCEEDED, finished_at=T0 - 40 * DAY, n_events=3) for _ in range(3)]
+    keep = make_run(sched, RunState.SUCCEEDED, finished_at=T0 - 10 * DAY, n_events=2)
+    workers.register_worker(worker_id="w", hostname="h", pid=1, queues=[], now=T0)
+    Worker.objects.filter(worker_id="w").update(current_run=old[0])  # a stale pointer: cleared, not deleted
+    with CaptureQueriesContext(connection) as ctx:
+        result = prune_runs(older_than=30 * DAY, now=T0, batch_size=10)
+    assert (result.runs, result.events, result.batches) == (3, 9, 1)
+    writes = [q["sql"] for q in ctx.captured_queries if "DELETE FROM" in q["sql"] and 'distsched_app_run"' in q["sql"]]
+    # One batch, then one statement per final state that finds nothing left (the walk's end).
+    assert len(writes) == 1 + len(TERMINAL_STATES)
+    assert all(sql.startswith("WITH doomed AS MATERIALIZED") for sql in writes)
+    assert list(Run.objects.values_list("pk", flat=True)) == [keep.pk]
+    assert RunEvent.objects.filter(run_id__in=[r.pk for r in old]).count() == 0
+    assert RunEvent.objects.filter(run_id=keep.pk).count() == 2
+    assert Worker.objects.get(worker_id="w").current_run_id is None
+
+
+def test_a_delete_listener_gets_its_calls_on_either_database(sched):
+    from django.db.models.signals import post_delete
+
+    seen: list[int] = []
+
+    def listener(sender, instance, **kwargs):
+        seen.append(instance.pk)
+
+    old = [make_run(sched, RunState.DEAD, finished_at=T0 - 40 * DAY) for _ in range(2)]
+    post_delete.connect(listener, sender=Run)
+    try:
+        result = prune_runs(older_than=30 * DAY, now=T0)
+    finally:
+        post_delete.disconnect(listener, sender=Run)
+    assert result.runs == 2
+    assert sorted(seen) == sorted(r.pk for r in old)
 
 
 def test_dry_run_counts_and_deletes_nothing(sched):
