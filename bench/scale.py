@@ -591,7 +591,7 @@ def prune_under_claims(args) -> dict[str, Any]:
     print(
         f"prune --older-than {args.prune_older_than}: {out['runs_deleted']:,} runs + {out['events_deleted']:,} events "
         f"in {elapsed:.1f} s = {out['rows_per_s']:,.0f} rows/s; claim p99 {baseline['claim_p99_ms']:.1f} ms without, "
-        f"{p99_during} ms during ({len(during)} rounds)"
+        f"{'n/a' if p99_during is None else f'{p99_during:.1f}'} ms during ({len(during)} rounds)"
     )
     return out
 
