@@ -16,8 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
+from typing import Any
 
 from django.db import connection
+from django.db.models import Field, Model
 
 from ..models import LEASED_STATES, Run, Worker
 
@@ -39,8 +41,10 @@ class BeatResult:
     renewed: dict[int, bool]  # run id -> cancel requested, for every lease extended
 
 
-def _column(model: type, name: str) -> str:
-    return connection.ops.quote_name(model._meta.get_field(name).column)
+def _column(model: type[Model], name: str) -> str:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field) and field.column  # noqa: S101 - a concrete column, named by this module
+    return connection.ops.quote_name(field.column)
 
 
 @cache
@@ -58,7 +62,7 @@ def beat_sql(with_row: bool) -> str:
         f"AND (r.{c('state')} || '') IN ({states}) RETURNING r.{c('id')} AS id, r.{c('cancel_requested')} AS cancel)"
     )
     if not with_row:
-        return f"WITH {renewed} SELECT id, cancel FROM renewed"
+        return f"WITH {renewed} SELECT id, cancel FROM renewed"  # noqa: S608 - names and literals
     w = lambda name: _column(Worker, name)  # noqa: E731
     keep = ", ".join(
         f"{w(name)} = COALESCE(%({name})s, {w(name)})" for name in ("status", "runs_executed", "clock_skew_seconds")
@@ -68,7 +72,7 @@ def beat_sql(with_row: bool) -> str:
         f"{w('current_run')} = %(current_run_id)s, {keep} WHERE {w('worker_id')} = %(owner)s RETURNING 1)"
     )
     # The row's line first: NULL id, its presence says the worker row was there.
-    return f"WITH {renewed}, {row} SELECT NULL, NULL FROM row UNION ALL SELECT id, cancel FROM renewed"
+    return f"WITH {renewed}, {row} SELECT NULL, NULL FROM row UNION ALL SELECT id, cancel FROM renewed"  # noqa: S608
 
 
 def beat(
@@ -76,7 +80,7 @@ def beat(
 ) -> BeatResult:
     """One heartbeat in one statement (PostgreSQL only): autocommit, or the caller's transaction."""
     ids = list(held)
-    params: dict[str, object] = {
+    params: dict[str, Any] = {
         "ids": ids,
         "attempts": [held[i] for i in ids],
         "owner": worker_id,

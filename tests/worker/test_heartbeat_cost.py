@@ -17,7 +17,6 @@ from distsched_app.services.enqueue import Job, enqueue
 from distsched_app.worker.heartbeat import Heartbeat
 from distsched_app.worker.pacing import IdleBackoff, idle_ceiling, jittered
 
-
 # Transaction bookkeeping (the test's own transaction makes the service's atomic blocks savepoints).
 BOOKKEEPING = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE SAVEPOINT")
 
@@ -97,7 +96,7 @@ def test_a_beat_learns_of_cancel_requests_and_re_registers_a_deleted_row(schedul
 
 @pytest.mark.django_db
 def test_the_beat_keeps_columns_it_does_not_set(scheduler, clock):
-    worker = holding(scheduler, 1)
+    holding(scheduler, 1)
     WorkerRow.objects.filter(worker_id="w").update(clock_skew_seconds=0.5, status="stopping")
     renewal = outcomes.renew_leases(
         worker_id="w",
