@@ -49,7 +49,6 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +68,10 @@ def main() -> int:
     p.add_argument("--simulators", type=int, default=3, help="Simulator processes.")
     p.add_argument("--connections", type=int, default=6, help="Database connections per simulator.")
     p.add_argument("--real-workers", type=int, default=4, help="Real runworker --burst processes draining runs.")
-    p.add_argument("--runs", type=int, default=3000, help="No-op runs drained per phase.")
+    p.add_argument("--runs", type=int, default=5000, help="No-op runs drained per phase.")
     p.add_argument("--seconds", type=float, default=20.0, help="Window measuring the fleet alone.")
     p.add_argument("--warmup", type=float, default=20.0, help="Fleet running before measuring (backoff settles).")
-    p.add_argument("--repeat", type=int, default=2, help="Drain pairs (without, with the fleet); medians.")
+    p.add_argument("--repeat", type=int, default=3, help="Drain pairs (without, with the fleet); medians.")
     p.add_argument("--no-listen", action="store_true", help="Idle workers poll: no listener wakes them.")
     p.add_argument("--simulate", type=str, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -207,7 +206,7 @@ def plan_for(worker: Any, *, busy: bool, listening: bool) -> dict[str, Any]:
             }
         )
         ops.append({"kind": "chores", "items": record(chores), "every": CHORE_SECONDS, "jitter": 0.0})
-    return {"worker": worker.worker_id, "ops": ops, "captured_at": c.now()}
+    return {"worker": worker.worker_id, "ops": ops}
 
 
 def record(fn: Any) -> list[tuple]:
@@ -218,7 +217,10 @@ def record(fn: Any) -> list[tuple]:
     items: list[tuple] = []
 
     def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        items.append(("q", sql, params, connection.in_atomic_block))
+        # As Django's psycopg cursor (client-side binding) sends it: the text with its values in.
+        with connection.connection.cursor() as cursor:
+            text = cursor.mogrify(sql, params) if params is not None else sql
+        items.append(("q", text, connection.in_atomic_block))
         return execute(sql, params, many, context)
 
     real_commit = connection.commit
@@ -302,13 +304,26 @@ def shape(items: list[tuple]) -> tuple[int, int]:
     """(statements, transactions) of one recorded operation."""
     statements = sum(1 for item in items if item[0] == "q")
     commits = sum(1 for item in items if item[0] == "commit")
-    return statements, commits + sum(1 for item in items if item[0] == "q" and not item[3])
+    return statements, commits + sum(1 for item in items if item[0] == "q" and not item[2])
+
+
+def process_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) of these processes."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def fleet_window(args: argparse.Namespace, sampler: CpuSampler, fleet: list[Simulator]) -> dict[str, Any]:
-    ops_before, before = fleet_counters(fleet), sampler.snapshot()
+    pids = [s.proc.pid for s in fleet]
+    ops_before, before, sim_before = fleet_counters(fleet), sampler.snapshot(), process_cpu(pids)
     time.sleep(args.seconds)
-    ops_after, after = fleet_counters(fleet), sampler.snapshot()
+    ops_after, after, sim_after = fleet_counters(fleet), sampler.snapshot(), process_cpu(pids)
     seconds = after["t"] - before["t"]
     ops = {
         kind: {
@@ -321,7 +336,8 @@ def fleet_window(args: argparse.Namespace, sampler: CpuSampler, fleet: list[Simu
         }
         for kind in ops_after
     }
-    return {**rates(before, after), "ops": ops}
+    simulators = (sim_after - sim_before) / (after["t"] - before["t"])
+    return {**rates(before, after), "ops": ops, "cpu_simulators": simulators}
 
 
 def drain(args: argparse.Namespace, sampler: CpuSampler, phase: str) -> dict[str, float]:
@@ -479,6 +495,8 @@ def report(args: argparse.Namespace, drains: dict[str, list[dict[str, float]]], 
          median(phase, "cpu_ours"), median(phase, "cpu_all")]
         for phase in ("without", "with")
     ] + [["the fleet alone", "-", alone["tps"], alone["cpu_ours"], alone["cpu_all"]]]  # fmt: skip
+    print(f"the simulators' own CPU over the fleet window: {alone['cpu_simulators']:.2f} cores (a share of the "
+          f"{os.cpu_count()} this machine's real workers and database also need)")  # fmt: skip
     print()
     print(c.table(["phase", "real workers runs/s", "db xacts/s", "db CPU ours (cores)", "all postgres (cores)"], rows))
     ratios = [w["runs_per_s"] / o["runs_per_s"] for o, w in zip(drains["without"], drains["with"], strict=True)]
@@ -559,13 +577,11 @@ async def simulate(plan_path: str) -> int:
     async def serve(conn: Any) -> None:
         while True:
             due, w, o = await queue.get()
-            worker = plan[w]
-            op = worker["ops"][o]
+            op = plan[w]["ops"][o]
             row = counters[op["kind"]]
             row["lag_max"] = max(row["lag_max"], time.monotonic() - due)
-            shift = datetime.now(worker["captured_at"].tzinfo) - worker["captured_at"]
             try:
-                await replay(conn, op["items"], shift)
+                await replay(conn, op["items"])
             except Exception as exc:  # noqa: BLE001 - counted and shown once: a simulator must go on
                 errors.append(f"{op['kind']}: {exc!r}")
                 if len(errors) == 1:
@@ -590,9 +606,9 @@ async def simulate(plan_path: str) -> int:
     return 0
 
 
-async def replay(conn: Any, items: list[tuple], shift: timedelta) -> None:
-    """Issue recorded statements: the same text, the timestamps moved by ``shift``, BEGIN before
-    the first statement recorded inside a transaction, COMMIT where the product committed."""
+async def replay(conn: Any, items: list[tuple]) -> None:
+    """Issue recorded statements, one round trip each as the product does: BEGIN before the first
+    statement recorded inside a transaction, COMMIT where the product committed."""
     in_tx = False
     async with conn.cursor() as cur:
         for item in items:
@@ -601,23 +617,13 @@ async def replay(conn: Any, items: list[tuple], shift: timedelta) -> None:
                     await cur.execute("COMMIT")
                 in_tx = False
                 continue
-            _, sql, params, atomic = item
+            _, sql, atomic = item
             if atomic and not in_tx:
                 await cur.execute("BEGIN")
                 in_tx = True
-            await cur.execute(sql, moved(params, shift))
+            await cur.execute(sql)
         if in_tx:
             await cur.execute("COMMIT")
-
-
-def moved(value: Any, shift: timedelta) -> Any:
-    if isinstance(value, datetime):  # not the sentinels (next_due's "any time": datetime.max)
-        return value + shift if 1 < value.year < 9000 else value
-    if isinstance(value, list | tuple):
-        return type(value)(moved(v, shift) for v in value)
-    if isinstance(value, dict):
-        return {k: moved(v, shift) for k, v in value.items()}
-    return value
 
 
 if __name__ == "__main__":
