@@ -7,8 +7,10 @@
 The simulated workers replay **the product's own statements**: at set-up, for every simulated
 worker, a real ``distsched_app.worker.Worker`` (its id, its held runs) runs each of its periodic
 operations once through the product's code, under a recorder (``connection.execute_wrapper``) that
-keeps every SQL text, its parameters and its transaction boundaries. The simulators then issue those
-statements, with their timestamps moved to the present, at the product's pace:
+keeps every statement as Django's psycopg cursor sends it (client-side binding: the text with its
+values in) and the transaction boundaries. The simulators then issue those statements, one round
+trip each, at the product's pace, with the values recorded (timestamps included: they touch only
+the simulated workers' own rows and runs, and the plans are the same):
 
 - ``beat`` (every worker): ``Heartbeat.beat``, every ``HEARTBEAT_SECONDS`` (shortened by
   ``HEARTBEAT_JITTER`` where the product has it), the clock-skew query once a minute where the product
@@ -16,7 +18,8 @@ statements, with their timestamps moved to the present, at the product's pace:
 - ``idle claim`` (idle workers): ``Loop.claim`` with lease recovery, then ``claiming.next_due``: every
   ``POLL_INTERVAL``, backing off to ``IDLE_POLL_MAX_SECONDS`` where the product does so while a
   listener wakes the worker (``--no-listen``: a fleet behind a pooler with no LISTEN connection);
-- ``chores`` (idle workers): ``Loop.maybe_sweep`` and ``Loop.maybe_bulk`` every 5 s.
+- ``chores`` (idle workers): ``Loop.maybe_sweep`` and ``Loop.maybe_bulk`` every 5 s, or at the
+  backed-off idle poll's pace where the product does so.
 
 A simulator is a process (``--simulators``) with an asyncio loop driving ``--connections`` psycopg 3
 connections (client-side binding, as Django's backend), like a pooler in transaction mode would:
@@ -153,14 +156,25 @@ def set_up_fleet(args: argparse.Namespace) -> list[list[dict[str, Any]]]:
                 worker.held.start(attempt.run_id)
         plans[i % args.simulators].append(plan_for(worker, busy=bool(runs), listening=not args.no_listen))
     c.analyze()
+    shapes: dict[str, list[tuple[int, int]]] = {}
     for plan in plans:
         for worker_plan in plan:
             for op in worker_plan["ops"]:
-                SHAPES.setdefault(op["kind"], shape(op["items"]))
+                statements, transactions = shape(op["items"])
+                shapes.setdefault(op["kind"], []).append((statements, transactions))
+                NOMINAL_XACTS[op["kind"]] = NOMINAL_XACTS.get(op["kind"], 0.0) + transactions / steady_period(op)
+    for kind, rows in shapes.items():  # the mean over the workers (a busy worker's beat renews leases)
+        SHAPES[kind] = (statistics.mean(r[0] for r in rows), statistics.mean(r[1] for r in rows))
     return plans
 
 
-SHAPES: dict[str, tuple[int, int]] = {}  # kind -> (statements, transactions) of one operation
+SHAPES: dict[str, tuple[float, float]] = {}  # kind -> (statements, transactions) of one operation, mean
+NOMINAL_XACTS: dict[str, float] = {}  # kind -> transactions/s of the fleet at its steady pace
+
+
+def steady_period(op: dict[str, Any]) -> float:
+    """The mean interval of an operation once an idle backoff has reached its ceiling."""
+    return float(op.get("ceiling", op["every"])) * (1 - op["jitter"] / 2)
 
 
 def product_worker(i: int, *, concurrency: int) -> Any:
@@ -205,7 +219,9 @@ def plan_for(worker: Any, *, busy: bool, listening: bool) -> dict[str, Any]:
                 "jitter": idle.jitter if idle is not None and listening else 0.0,
             }
         )
-        ops.append({"kind": "chores", "items": record(chores), "every": CHORE_SECONDS, "jitter": 0.0})
+        # Where the product backs off, its chores follow the idle poll (Loop.maybe_sweep/maybe_bulk).
+        every = max(CHORE_SECONDS, ceiling) if idle is not None else CHORE_SECONDS
+        ops.append({"kind": "chores", "items": record(chores), "every": every, "jitter": 0.0})
     return {"worker": worker.worker_id, "ops": ops}
 
 
@@ -481,7 +497,7 @@ def report(args: argparse.Namespace, drains: dict[str, list[dict[str, float]]], 
             ],
         )
     )
-    nominal_xacts = sum(o["nominal_per_s"] * o["transactions_per_op"] for o in ops.values())
+    nominal_xacts = sum(NOMINAL_XACTS.values())
     print(f"nominal transactions/s of the fleet at its steady pace: {nominal_xacts:,.0f}")
     reached = all(done_enough(o) for o in ops.values())
     if not reached:
@@ -502,7 +518,11 @@ def report(args: argparse.Namespace, drains: dict[str, list[dict[str, float]]], 
     ratios = [w["runs_per_s"] / o["runs_per_s"] for o, w in zip(drains["without"], drains["with"], strict=True)]
     print(f"\nclaim throughput with the fleet / without: {statistics.median(ratios):.2f} (each pair: "
           f"{', '.join(f'{r:.2f}' for r in ratios)})")  # fmt: skip
-    c.write_results(NAME, args, {"drains": drains, "fleet_alone": alone, "ratios": ratios, "reached": reached})
+    c.write_results(
+        NAME,
+        args,
+        {"drains": drains, "fleet_alone": alone, "ratios": ratios, "reached": reached, "nominal_xacts": NOMINAL_XACTS},
+    )
 
 
 # -- a simulator child ---------------------------------------------------------------------------
@@ -541,8 +561,7 @@ async def simulate(plan_path: str) -> int:
     for w, worker in enumerate(plan):
         for o, op in enumerate(worker["ops"]):
             row = counters.setdefault(op["kind"], {"due": 0, "done": 0, "nominal": 0.0, "lag_max": 0.0})
-            period = op.get("ceiling", op["every"]) * (1 - op["jitter"] / 2)  # the steady pace
-            row["nominal"] += 1 / period
+            row["nominal"] += 1 / steady_period(op)
             heap.append((start + rng.uniform(0, op["every"]), w, o, 0))
     heapq.heapify(heap)
     queue: asyncio.Queue[tuple[float, int, int]] = asyncio.Queue()

@@ -284,7 +284,9 @@ class Loop:
         leader (``leader_chores``): a worker does it itself only while no process leads."""
         if time.monotonic() < self._next_sweep:
             return
-        self._next_sweep = time.monotonic() + limit_service.SWEEP_SECONDS
+        # An idle worker backing off its polls (``pacing.IdleBackoff``) looks as rarely: at a thousand
+        # workers these looks cost more than the heartbeats.
+        self._next_sweep = time.monotonic() + max(limit_service.SWEEP_SECONDS, self.idle.current)
         if self.leadership is not None or leader_service.someone_leads():
             return
         limit_service.sweep(self.worker.clock.now())
@@ -299,7 +301,7 @@ class Loop:
         if time.monotonic() < self._next_bulk:
             return
         w = self.worker
-        self._next_bulk = time.monotonic() + BULK_IDLE_SECONDS
+        self._next_bulk = time.monotonic() + max(BULK_IDLE_SECONDS, self.idle.current)
         try:
             done = bulk_service.process_bulk_actions(w.clock, owner=w.worker_id, budget_seconds=BULK_BUDGET_SECONDS)
         except Exception as exc:  # noqa: BLE001 - bulk work never stops claims (a table not migrated yet, say)

@@ -4,6 +4,7 @@ and an idle poll that backs off while notifications wake the worker."""
 from __future__ import annotations
 
 import random
+import time
 from datetime import timedelta
 
 import pytest
@@ -191,3 +192,18 @@ def test_an_idle_worker_woken_by_notifications_polls_rarely_but_wakes_for_a_due_
     enqueue(Job(task_name="tests.noop", run_after=clock.now() + timedelta(seconds=3)), now=clock.now())
     worker.loop.idle_wait()
     assert waits[-1] == pytest.approx(3.001)  # a run due sooner than the backed-off poll shortens the wait
+
+
+@pytest.mark.django_db
+def test_an_idle_worker_backing_off_looks_for_chores_as_rarely(scheduler):
+    worker = scheduler.worker(worker_id="idle", poll_interval=1.0, lease_seconds=30, heartbeat_seconds=3600)
+    worker.loop.idle.current = 10.0  # polls backed off to 10 s
+    before = time.monotonic()
+    worker.loop.maybe_sweep()
+    worker.loop.maybe_bulk()
+    assert worker.loop._next_sweep >= before + 10 and worker.loop._next_bulk >= before + 10
+    worker.loop.idle.found_work()  # busy again: the chores' own pace
+    worker.loop._next_sweep = worker.loop._next_bulk = 0.0
+    worker.loop.maybe_sweep()
+    worker.loop.maybe_bulk()
+    assert worker.loop._next_sweep <= time.monotonic() + 5 and worker.loop._next_bulk <= time.monotonic() + 5
