@@ -575,6 +575,8 @@ async def simulate(plan_path: str) -> int:
     async def dispatch() -> None:
         while not stopping.is_set():
             if paused.is_set():
+                while not queue.empty():  # a backlog (a simulator behind its pace) is dropped, not served
+                    queue.get_nowait()
                 pause_start = time.monotonic()
                 while paused.is_set() and not stopping.is_set():
                     await asyncio.sleep(0.05)
