@@ -13,8 +13,10 @@ from django.conf import settings
 DEFAULTS: dict[str, Any] = {
     "LEASE_SECONDS": 30,
     "HEARTBEAT_SECONDS": 5,
+    "HEARTBEAT_JITTER": 0.2,
     "STALE_AFTER_SECONDS": 30,
     "POLL_INTERVAL": 1.0,
+    "IDLE_POLL_MAX_SECONDS": 10.0,
     "RETRY_BASE_SECONDS": 10,
     "RETRY_MAX_SECONDS": 3600,
     "MAX_ATTEMPTS": 3,
@@ -48,8 +50,10 @@ DEFAULTS: dict[str, Any] = {
 RANGES: dict[str, tuple[type, float, float]] = {
     "LEASE_SECONDS": (float, 0.001, 86400),
     "HEARTBEAT_SECONDS": (float, 0.001, 3600),
+    "HEARTBEAT_JITTER": (float, 0, 0.5),
     "STALE_AFTER_SECONDS": (float, 0.001, 30 * 86400),
     "POLL_INTERVAL": (float, 0.001, 3600),
+    "IDLE_POLL_MAX_SECONDS": (float, 0.001, 3600),
     "RETRY_BASE_SECONDS": (float, 0, 30 * 86400),
     "RETRY_MAX_SECONDS": (float, 0, 365 * 86400),
     "MAX_ATTEMPTS": (int, 1, 1000),

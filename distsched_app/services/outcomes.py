@@ -19,10 +19,10 @@ from django.db import connection, transaction
 from ..backoff import RetryPolicy
 from ..clock import iso_utc
 from ..conf import conf
-from ..db import bulk, fencing, locks, notify
+from ..db import bulk, fencing, heartbeat, locks, notify
 from ..models import LEASED_STATES, EventType, Run, RunState
 from ..text import storable, storable_json
-from . import events, handback, limits, task_options, workflow_release
+from . import events, handback, limits, task_options, workers, workflow_release
 
 
 def truncate_error(text: str, limit: int | None = None) -> str:
@@ -274,20 +274,40 @@ def _mark_succeeded(items: list[Success], worker_id: str, now: datetime) -> bulk
 class Renewal:
     held: set[int]
     cancel_requested: set[int]
+    alive: bool | None = None  # with ``row``: whether the worker row was there (False: re-register)
 
 
-def renew_leases(*, worker_id: str, held: dict[int, int], now: datetime, lease_seconds: float) -> Renewal:
-    """Extend the leases of every run a worker holds (current and prefetched)."""
-    if not held:
+def renew_leases(
+    *, worker_id: str, held: dict[int, int], now: datetime, lease_seconds: float, row: heartbeat.RowBeat | None = None
+) -> Renewal:
+    """Extend the leases of every run a worker holds (current and prefetched), each fenced on
+    its (owner, attempt); with ``row``, move the worker row in the same transaction: the
+    whole heartbeat as one commit (one statement on PostgreSQL, ``db.heartbeat``)."""
+    if not held and row is None:
         return Renewal(held=set(), cancel_requested=set())
     expires = now + timedelta(seconds=lease_seconds)
+    if connection.vendor == "postgresql":
+        beat = heartbeat.beat(worker_id=worker_id, held=held, now=now, expires=expires, row=row)
+        return Renewal(
+            held=set(beat.renewed), cancel_requested={r for r, c in beat.renewed.items() if c}, alive=beat.alive
+        )
+    alive = None
     with transaction.atomic():
-        still = _held_ids(worker_id, held, lock=True, extra=("cancel_requested",))
+        still = _held_ids(worker_id, held, lock=True, extra=("cancel_requested",)) if held else {}
         if still:
             Run.objects.filter(pk__in=list(still), lease_owner=worker_id).update(
                 lease_expires_at=expires, updated_at=now
             )
-    return Renewal(held=set(still), cancel_requested={r for r, (c,) in still.items() if c})
+        if row is not None:
+            alive = workers.heartbeat(
+                worker_id=worker_id,
+                now=row.heartbeat_at,
+                status=row.status,
+                current_run_id=row.current_run_id,
+                runs_executed=row.runs_executed,
+                clock_skew_seconds=row.clock_skew_seconds,
+            )
+    return Renewal(held=set(still), cancel_requested={r for r, (c,) in still.items() if c}, alive=alive)
 
 
 def mark_running(*, run_id: int, worker_id: str, attempt: int, started_at: datetime, now: datetime) -> bool:

@@ -35,6 +35,7 @@ from .guard import Guard
 from .heartbeat import Heartbeat
 from .held import Held
 from .loop import Loop, Pace
+from .pacing import idle_ceiling
 from .recorder import Recorder
 from .wakeup import Wakeup
 
@@ -84,6 +85,8 @@ class Worker:
         lease_seconds: float | None = None,
         poll_interval: float | None = None,
         heartbeat_seconds: float | None = None,
+        heartbeat_jitter: float | None = None,
+        idle_poll_max: float | None = None,
         with_tick: bool = False,
         prefetch: int | None = None,
         concurrency: int = 1,
@@ -100,6 +103,13 @@ class Worker:
         self.lease_seconds = _option(lease_seconds, "LEASE_SECONDS", "lease_seconds")
         self.poll_interval = _option(poll_interval, "POLL_INTERVAL", "poll_interval")
         self.heartbeat_seconds = _option(heartbeat_seconds, "HEARTBEAT_SECONDS", "heartbeat_seconds")
+        self.heartbeat_jitter = _option(heartbeat_jitter, "HEARTBEAT_JITTER", "heartbeat_jitter")
+        # The longest idle poll while notifications wake this worker (``pacing.IdleBackoff``).
+        self.idle_poll_max = idle_ceiling(
+            poll=self.poll_interval,
+            lease_seconds=self.lease_seconds,
+            maximum=_option(idle_poll_max, "IDLE_POLL_MAX_SECONDS", "idle_poll_max"),
+        )
         self.with_tick = with_tick
         self.prefetch = int(_option(prefetch, "PREFETCH", "prefetch"))
         self.concurrency = bounded_int(concurrency, field="concurrency", low=1, high=MAX_CONCURRENCY)

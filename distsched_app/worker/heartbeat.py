@@ -1,9 +1,10 @@
 """The heartbeat: a thread that keeps the worker row fresh and the leases it holds alive.
 
-Every ``heartbeat_seconds``, also while idle, it upserts the worker row (and
-re-registers if an operator's prune deleted it), renews the lease of every run
-held, current and prefetched (fenced: a lease lost meanwhile is noticed, not
-renewed), learns of cancel requests, and shows a prefetched run that has been
+Every ``heartbeat_seconds`` (shortened by a random jitter), also while idle, it
+moves the worker row (and re-registers if an operator's prune deleted it) and
+renews the lease of every run held, current and prefetched (fenced: a lease lost
+meanwhile is noticed, not renewed), both in one transaction (one statement on
+PostgreSQL), learns of cancel requests, and shows a prefetched run that has been
 executing a while as ``running``. If the process dies the heartbeat stops with
 it, and the lease deadline, not the heartbeat, decides when another worker may
 take the runs. Nothing that fails here stops the worker: the next beat tries again.
@@ -12,27 +13,50 @@ take the runs. Nothing that fails here stops the worker: the next beat tries aga
 from __future__ import annotations
 
 import logging
+import random
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from django.db import close_old_connections, connection
 
+from ..db.heartbeat import RowBeat
 from ..db.retry import is_transient, reset_connection
 from ..models import WorkerStatus
-from ..services import outcomes, workers
+from ..services import outcomes
 from .execute import describe_exception
+from .pacing import jittered
 
 if TYPE_CHECKING:
     from . import Worker
 
 
+# How often the clock skew with the database is measured (one query), at most.
+SKEW_CHECK_SECONDS = 60.0
+
+
 class Heartbeat:
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, rand: Callable[[], float] = random.random) -> None:
         self.worker = worker
+        self.rand = rand  # the jitter's draws (tests inject their own)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._next_skew_check = 0.0  # monotonic time: the clock skew is measured about once a minute
+
+    def interval(self) -> float:
+        """The wait before the next beat: ``HEARTBEAT_SECONDS`` shortened by up to ``HEARTBEAT_JITTER``
+        (``pacing.jittered``), so a fleet started together does not beat in lockstep."""
+        return jittered(self.worker.heartbeat_seconds, self.worker.heartbeat_jitter, self.rand)
+
+    def _skew(self) -> float | None:
+        """The clock skew to store with this beat: measured (one query) about once a minute, not on
+        every beat: clocks drift slowly, and at a thousand workers a query per beat is a cost."""
+        if time.monotonic() < self._next_skew_check:
+            return None
+        self._next_skew_check = time.monotonic() + SKEW_CHECK_SECONDS
+        return self.worker.check_clock_skew()
 
     def beat(self) -> None:
         """One heartbeat, now (the thread's body; tests call it directly)."""
@@ -44,21 +68,20 @@ class Heartbeat:
         now = w.clock.now()
         held = w.held.leases()
         executing = w.held.executing()
-        alive = workers.heartbeat(
-            worker_id=w.worker_id,
-            now=now,
+        row = RowBeat(
+            heartbeat_at=now,
             status=WorkerStatus.STOPPING if w.stopping else None,
             current_run_id=executing[0].run_id if executing else None,
             runs_executed=w.executed,
-            clock_skew_seconds=w.check_clock_skew(),
+            clock_skew_seconds=self._skew(),
         )
-        if not alive:
-            w.register()
-        if not held:
-            return
-        try:
-            renewal = outcomes.renew_leases(worker_id=w.worker_id, held=held, now=now, lease_seconds=w.lease_seconds)
-        except Exception as exc:  # noqa: BLE001 - the next heartbeat tries again; expiry is the backstop
+        try:  # the worker row and every lease held: one transaction (one statement on PostgreSQL)
+            renewal = outcomes.renew_leases(
+                worker_id=w.worker_id, held=held, now=now, lease_seconds=w.lease_seconds, row=row
+            )
+        except Exception as exc:
+            if not held:
+                raise  # the loop logs it ("heartbeat failed") and tries again at the next beat
             w.log(
                 logging.WARNING,
                 "could not renew leases",
@@ -67,6 +90,10 @@ class Heartbeat:
             )
             if is_transient(exc):
                 reset_connection()
+            return
+        if renewal.alive is False:
+            w.register()
+        if not held:
             return
         for run_id in w.held.note_lost(set(held) - renewal.held):
             w.log(logging.WARNING, "lease lost while holding run", run_id=run_id, attempt=held[run_id])
@@ -112,7 +139,7 @@ class Heartbeat:
 
     def _loop(self) -> None:
         try:
-            while not self._stop.wait(self.worker.heartbeat_seconds):
+            while not self._stop.wait(self.interval()):
                 try:
                     self.beat()
                 except Exception as exc:  # noqa: BLE001 - the heartbeat must outlive DB hiccups

@@ -32,6 +32,7 @@ from ..services import tick as tick_service
 from ..services.leader_chores import Leadership
 from . import frameworks, signals
 from .execute import Attempt, Execution, async_in_caller, call_task, describe_exception
+from .pacing import IdleBackoff
 from .slots import task_slots
 from .upstream import upstream_loader
 
@@ -90,6 +91,8 @@ class Loop:
         self.leadership: Leadership | None = None
         # Async tasks awaited with async_to_sync on the calling thread (``testing.drain``).
         self._in_caller = False
+        # The idle poll interval: POLL_INTERVAL, longer while notifications wake this worker (``pacing``).
+        self.idle = IdleBackoff(poll=worker.poll_interval, ceiling=worker.idle_poll_max, jitter=worker.heartbeat_jitter)
 
     # -- entry points -------------------------------------------------------------
 
@@ -161,6 +164,7 @@ class Loop:
                     if runs is None:
                         continue
                     if runs:
+                        self.idle.found_work()
                         claimed += len(runs)
                         slots.start(w.held.hold(runs))
                     elif not slots.busy():
@@ -280,7 +284,9 @@ class Loop:
         leader (``leader_chores``): a worker does it itself only while no process leads."""
         if time.monotonic() < self._next_sweep:
             return
-        self._next_sweep = time.monotonic() + limit_service.SWEEP_SECONDS
+        # An idle worker backing off its polls (``pacing.IdleBackoff``) looks as rarely: at a thousand
+        # workers these looks cost more than the heartbeats.
+        self._next_sweep = time.monotonic() + max(limit_service.SWEEP_SECONDS, self.idle.current)
         if self.leadership is not None or leader_service.someone_leads():
             return
         limit_service.sweep(self.worker.clock.now())
@@ -295,7 +301,7 @@ class Loop:
         if time.monotonic() < self._next_bulk:
             return
         w = self.worker
-        self._next_bulk = time.monotonic() + BULK_IDLE_SECONDS
+        self._next_bulk = time.monotonic() + max(BULK_IDLE_SECONDS, self.idle.current)
         try:
             done = bulk_service.process_bulk_actions(w.clock, owner=w.worker_id, budget_seconds=BULK_BUDGET_SECONDS)
         except Exception as exc:  # noqa: BLE001 - bulk work never stops claims (a table not migrated yet, say)
@@ -319,14 +325,17 @@ class Loop:
         self._next_tick = time.monotonic() + min(w.poll_interval, self.leadership.elector.wait_seconds())
 
     def idle_wait(self) -> None:
-        """Sleep until the next run or schedule slot is due, at most one poll interval.
+        """Sleep until the next run or schedule slot is due, at most one idle poll interval
+        (``POLL_INTERVAL``, growing up to ``IDLE_POLL_MAX_SECONDS`` while a listener wakes this
+        worker at every commit that makes a run claimable: ``pacing.IdleBackoff``).
 
         A slot that has come but whose run does not exist yet is being ticked by
         another process any moment: poll briefly for it, unless it has been
         overdue for long (then no ticker runs and short polls would only burn CPU).
         """
         w = self.worker
-        delay = w.poll_interval
+        # A ticking worker keeps the poll interval: its ticks and elections run from this loop.
+        delay = self.idle.next_delay(listening=w.wakeup.connected.is_set() and not w.with_tick)
         if self.leadership is not None:  # wake for the election's next renewal or try
             delay = min(delay, max(0.001, self.leadership.elector.wait_seconds()))
         now = w.clock.now()

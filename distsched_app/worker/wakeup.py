@@ -1,7 +1,8 @@
 """Instant wake-ups of an idle worker on PostgreSQL: a thread that listens and sets the worker's wake event.
 
-Polling stays the safety net: the worker still wakes every ``poll_interval``, so
-a lost notification costs at most one poll interval. A lost listening
+Polling stays the safety net: the worker still wakes every idle poll interval
+(``poll_interval``, backing off to ``IDLE_POLL_MAX_SECONDS`` while this listener
+works: ``pacing.IdleBackoff``), so a lost notification costs at most one of those. A lost listening
 connection is logged and re-established with backoff (plus jitter); after every
 successful ``LISTEN`` the worker is woken once, for whatever was committed while
 nobody listened. If notifications cannot reach this connection at all
