@@ -48,6 +48,7 @@ def end_edges(upstream_ids: Sequence[int]) -> tuple[list[tuple[int, int]], list[
     if not upstream_ids:
         return [], []
     edges = connection.ops.quote_name(WorkflowEdge._meta.db_table)
+    param: list[int] | str
     if connection.vendor == "postgresql":
         where, param = "= ANY(%s)", list(upstream_ids)
     else:
