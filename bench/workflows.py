@@ -11,7 +11,9 @@ Three measurements, side by side in one run:
 - **drain**: K real ``runworker --burst`` processes execute the workflow (the join last) and,
   in alternating legs, N+1 plain enqueued runs. *window runs/s* = runs / (first ``claimed`` event
   .. last ``succeeded`` event); the ratio workflow / plain is the cost of releasing downstream
-  nodes in the finishing transactions (goal: >= 80%).
+  nodes in the finishing transactions (goal: >= 80%). *worker CPU ms/run*: the worker processes'
+  user + system CPU (``RUSAGE_CHILDREN``) per run, start-up included; on SQLite it holds the
+  database's work too. On a shared machine it varies less than the window.
 - **statements per finish**: the statements of ``record_successes`` for one upstream of a
   fan-in early (all siblings waiting) and late (all siblings done but one), and for a plain run:
   equal early and late means a finish reads only its own downstream, never its siblings.
@@ -19,6 +21,7 @@ Three measurements, side by side in one run:
 
 from __future__ import annotations
 
+import resource
 import shlex
 import sys
 import time
@@ -143,6 +146,7 @@ def _drain(args, label: str, expected: int, rep: int) -> dict:
 
     extra = shlex.split(args.worker_args)
     logs = [c.scratch_dir(NAME) / f"{label}-{rep}-{i}.log" for i in range(args.workers)]
+    cpu_before = _children_cpu()
     start = time.perf_counter()
     procs = [
         c.spawn(
@@ -161,6 +165,7 @@ def _drain(args, label: str, expected: int, rep: int) -> dict:
             proc.wait(timeout=60)
         except Exception:  # noqa: BLE001 - reported below
             proc.kill()
+    cpu = _children_cpu() - cpu_before  # the workers' own CPU (waited for above), start-up included
     done = Run.objects.filter(state=RunState.SUCCEEDED).count()
     if done < expected:
         print(f"{label} repetition {rep + 1}: {done}/{expected} succeeded", file=sys.stderr)
@@ -169,7 +174,14 @@ def _drain(args, label: str, expected: int, rep: int) -> dict:
     first, last = event_window()
     window = (last - first).total_seconds() if first and last else float("nan")
     return {"leg": label, "rep": rep + 1, "runs": done, "wall_s": wall, "window_s": window,
-            "window_runs_per_s": done / window if window else float("nan")}  # fmt: skip
+            "window_runs_per_s": done / window if window else float("nan"),
+            "worker_cpu_ms_per_run": 1000 * cpu / done if done else float("nan")}  # fmt: skip
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of the child processes waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def event_window():
@@ -201,14 +213,21 @@ def measure_drain(args) -> list[dict]:
                 legs[-1]["workflow_state"] = Workflow.objects.get().state
     print(
         c.table(
-            ["leg", "rep", "runs", "wall s", "window s", "window runs/s"],
-            [[r["leg"], r["rep"], r["runs"], r["wall_s"], r["window_s"], r["window_runs_per_s"]] for r in legs],
+            ["leg", "rep", "runs", "wall s", "window s", "window runs/s", "worker CPU ms/run"],
+            [[r["leg"], r["rep"], r["runs"], r["wall_s"], r["window_s"], r["window_runs_per_s"],
+              r["worker_cpu_ms_per_run"]] for r in legs],
         )
-    )
+    )  # fmt: skip
     wf = c.median([r["window_runs_per_s"] for r in legs if r["leg"] == "workflow"])
     pl = c.median([r["window_runs_per_s"] for r in legs if r["leg"] == "plain"])
     ratio = wf / pl if pl else float("nan")
     print(f"median window: workflow {wf:.0f} runs/s, plain {pl:.0f} runs/s: {ratio:.0%} (goal >= 80%)")
+    wf_cpu = c.median([r["worker_cpu_ms_per_run"] for r in legs if r["leg"] == "workflow"])
+    pl_cpu = c.median([r["worker_cpu_ms_per_run"] for r in legs if r["leg"] == "plain"])
+    print(
+        f"median worker CPU: workflow {wf_cpu:.2f} ms/run, plain {pl_cpu:.2f} ms/run: "
+        f"plain/workflow {pl_cpu / wf_cpu:.0%} (less sensitive to the machine's other load than the window)"
+    )
     return legs
 
 

@@ -15,6 +15,8 @@ from django.db import models
 from django.db.models import Q
 
 WAITING_PREFIX = "workflow:"
+# The partial index of edges not done ("does this node still wait?"), named by SQLite's finish.
+WAITING_EDGES_INDEX = "distsched_wf_edge_waiting"
 
 
 class WorkflowState(models.TextChoices):
@@ -91,7 +93,7 @@ class WorkflowEdge(models.Model):
             # A finishing run's own downstream edges.
             models.Index(fields=["upstream"], name="distsched_wf_edge_up"),
             # "Does this node still wait for an upstream?": only the edges not done are in it.
-            models.Index(fields=["downstream"], name="distsched_wf_edge_waiting", condition=Q(done=False)),
+            models.Index(fields=["downstream"], name=WAITING_EDGES_INDEX, condition=Q(done=False)),
         ]
 
     def __str__(self) -> str:

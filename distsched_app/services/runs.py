@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Case, F, IntegerField, Value, When
 
 from ..db import locks, notify
 from ..errors import InvalidStateTransition, RunNotFound, UniqueKeyTaken
@@ -19,6 +19,13 @@ from .outcomes import retry_policy_of
 CANCELLABLE_AT_ONCE = (RunState.PENDING, RunState.RETRYING, RunState.BLOCKED)
 CANCELLABLE_COOPERATIVELY = (RunState.LEASED, RunState.RUNNING)
 REQUEUEABLE = (RunState.DEAD, RunState.CANCELLED)
+
+# Lock order of a batch of runs (PostgreSQL): the runs workers may hold first, the waiting
+# (``blocked``) ones last, in id order within each. A worker recording a batch locks the runs it
+# holds, then the waiting workflow nodes downstream of them (``services.workflow_release``); a
+# batch that locked a waiting node before a run a worker holds could wait for that worker while
+# the worker waits for the node: a deadlock (``tests/concurrency/test_workflow_cancel_race.py``).
+WAITING_LAST = Case(When(state=RunState.BLOCKED, then=Value(1)), default=Value(0), output_field=IntegerField())
 
 
 def get_run(run_id: int) -> Run:
@@ -253,7 +260,7 @@ def cancel_many(ids: list[int], *, now: datetime, reason: str, states: Iterable[
     transaction: one locking SELECT, one UPDATE for the waiting runs (cancelled at once), one for the
     running ones (asked to stop), one INSERT of their events."""
     allowed = _allowed(states, CANCELLABLE_AT_ONCE + CANCELLABLE_COOPERATIVELY)
-    qs = Run.objects.filter(pk__in=ids, state__in=allowed).order_by("pk")
+    qs = Run.objects.filter(pk__in=ids, state__in=allowed).order_by(WAITING_LAST, "pk")
     rows = list(locks.row_locked(qs).values_list("pk", "state", "cancel_requested", "attempts", "workflow_id"))
     at_once = [(pk, attempts) for pk, state, _, attempts, _ in rows if state in CANCELLABLE_AT_ONCE]
     asked = [

@@ -24,7 +24,7 @@ from ..models import (
     WorkflowState,
 )
 from . import audit, events, workflow_release
-from .runs import CANCELLABLE_AT_ONCE, cancel_locked
+from .runs import CANCELLABLE_AT_ONCE, WAITING_LAST, cancel_locked
 from .validation import check_storable
 
 
@@ -123,7 +123,8 @@ def cancel_workflow(
     by = f"by {who[0]}: {who[2]}" if who[2] else f"by {who[0]}"
     with transaction.atomic():
         workflow = get_workflow(workflow_id)
-        active = Run.objects.filter(workflow_id=workflow.pk, state__in=ACTIVE_STATES).order_by("id")
+        # Running nodes before waiting ones (``runs.WAITING_LAST``), as a finishing worker locks them.
+        active = Run.objects.filter(workflow_id=workflow.pk, state__in=ACTIVE_STATES).order_by(WAITING_LAST, "id")
         runs = list(locks.row_locked(active, of=("self",)))
         workflow = locks.row_locked(Workflow.objects.filter(pk=workflow.pk)).get()
         if workflow.finished_at is not None or workflow.state == WorkflowState.CANCELLED:

@@ -77,11 +77,9 @@ def ended(finished: Mapping[int, str], *, now: datetime, workflow_ids: Iterable[
 
 def _downstream_of(finished: Mapping[int, str], *, now: datetime, touched: set[int], live: set[int]) -> dict[int, str]:
     """One step down the graph; returns the nodes this step ended (skipped), for the next."""
-    edges = db_workflows.mark_edges_done(sorted(finished))
-    if not edges:
-        return {}
-    # Locked before their other upstreams are read: the one rule that makes concurrent finishes safe.
-    locked = db_workflows.lock_waiting_nodes(sorted({d for _, d in edges}))
+    # Waiting downstream nodes locked before their other upstreams are read (PostgreSQL): the one
+    # rule that makes concurrent finishes safe. SQLite's writers are serialised: one statement.
+    edges, locked = db_workflows.end_edges(sorted(finished))
     if not locked:
         return {}
     failed_by: dict[int, int] = {}
