@@ -13,6 +13,10 @@ own snapshot, so the count starts after the lock was granted and sees every hold
 the transaction the lock came free from (a count inside the locking statement would not: that
 statement's snapshot predates the wait). If the lock is not granted in time the rest of the
 pipeline is skipped and the savepoint rolled back: the claim goes on without the partition.
+
+``pick_and_lock`` puts the claim's read of its candidates (``FOR UPDATE SKIP LOCKED``, before
+the savepoint) at the head of the same pipeline, with the partitions the worker's previous claim
+admitted into: a worker draining limited runs locks its partition without a round trip of its own.
 """
 
 from __future__ import annotations

@@ -210,6 +210,7 @@ class Gate:
         self._again: list[int] = []
         self._bounded = False  # the claim's lock_timeout is set (PostgreSQL)
         self._throttled: Counter[tuple[str, str]] = Counter()
+        self._picked = False  # ``pick`` sent its pipeline
         # Statements left for the claim to write (the holds' INSERT), set by ``finish``.
         self.writes: list[bulk.Statement] = []
 
@@ -224,13 +225,15 @@ class Gate:
         then locked when a candidate needs them, as without an expectation."""
         expected = _expected.get(self.worker_id)
         if (
-            expected is None
+            self._picked
+            or expected is None
             or expected[0] is not rules.declared()
             or not expected[1]
             or self._partitions
             or not admission.locks_rows()
         ):
             return None
+        self._picked = True  # once per claim: a lock not granted in time is not waited for again here
         pairs = expected[1]
         rows, locked = admission.pick_and_lock(
             statement, pairs, self.now, timeout_ms=CLAIM_LOCK_TIMEOUT_MS, overrides=self._overrides is None
