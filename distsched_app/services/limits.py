@@ -150,8 +150,8 @@ def _claim_lock_timeout(on: bool) -> None:
                 cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
 
 
-# Per worker: the partitions its last claim admitted into (in the order it locked them), with the
-# declared limits they were read under. On PostgreSQL its next claim locks and counts them in the
+# Per worker: the partitions of unpartitioned limits its last claim admitted into (in the order it
+# locked them), with the declared limits they were read under. On PostgreSQL its next claim locks and counts them in the
 # round trip that reads its candidates (``Gate.pick``): a worker draining limited runs claims them
 # in three round trips (BEGIN, that one, and the writes with COMMIT), not five. A claim that
 # admits into none clears it, so a worker whose limited runs are gone stops locking.
@@ -412,8 +412,16 @@ class Gate:
         if admission.locks_rows():
             if len(_expected) >= MAX_EXPECTED_WORKERS and self.worker_id not in _expected:
                 _expected.clear()
-            used = tuple(pair for pair, p in self._partitions.items() if p is not None and p.admitted)
-            _expected[self.worker_id] = (rules.declared(), used)
+            declared = rules.declared()
+            # Unpartitioned limits only: every run under one shares its partition, while the next
+            # claim's runs under a partitioned limit are as likely in other partitions (locking
+            # those would hold up the claims that need them, for nothing).
+            used = tuple(
+                (limit, key)
+                for (limit, key), p in self._partitions.items()
+                if p is not None and p.admitted and limit in declared and not declared[limit].partition_by
+            )
+            _expected[self.worker_id] = (declared, used)
         if self._again:
             LimitHold.objects.filter(run_id__in=self._again).delete()
         if self._holds:  # one INSERT written by db.bulk (bulk_create cost more than the statement)

@@ -137,6 +137,13 @@ def test_a_claim_locks_with_its_candidates_the_partitions_its_previous_claim_adm
     assert claim_one("tests.noop")[1] is True  # still expected; admitted into nothing
     assert limits._expected["w-expect"][1] == ()
     assert claim_one("tests.noop")[1] is False
+    # A partitioned limit's partition is not expected: the next run is as likely in another one.
+    settings.DISTSCHED = {
+        **settings.DISTSCHED,
+        "LIMITS": {"per-key": {"task": "tests.echo", "concurrency": 5, "partition_by": ["k"], "missing": "shared"}},
+    }
+    assert claim_one("tests.echo")[1] is False
+    assert limits._expected["w-expect"][1] == ()
 
 
 def test_candidates_picked_with_a_lock_not_granted_in_time_are_kept_and_the_lock_is_not():
