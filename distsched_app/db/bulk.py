@@ -174,30 +174,61 @@ def _values_params(model_fields: list[Field], columns: Columns, *, ordinal: bool
     return list(chain.from_iterable(zip(*adapted, strict=True)))
 
 
-def execute(sql: str, params: Sequence[Any]) -> list[tuple]:
+def execute(sql: str, params: Sequence[Any], *, last: bool = False) -> list[tuple]:
     """Run one statement on the default connection; return its rows, if any.
 
-    PostgreSQL: through ``server_side_execute`` (arrays bound by the server).
+    PostgreSQL: through ``server_side_execute`` (arrays bound by the server). ``last``: the
+    caller's last statement in its transaction (see ``server_side_execute``).
     """
     if _vendor_is_postgresql():
-        return server_side_execute(sql, params)
+        return server_side_execute(sql, params, last=last)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall() if cursor.description else []
 
 
-def server_side_execute(sql: str, params: Sequence[Any]) -> list[tuple]:
+def commits_early() -> bool:
+    """Whether a ``last`` statement may carry the COMMIT (``server_side_execute``): PostgreSQL,
+    directly inside an outermost ``transaction.atomic()`` that will commit (no savepoint, no
+    rollback pending). Inside any other block (a caller's transaction, a test's) it may not."""
+    return (
+        _vendor_is_postgresql()
+        and connection.in_atomic_block
+        and connection.commit_on_exit
+        and len(connection.atomic_blocks) == 1
+        and not connection.savepoint_ids
+        and not connection.needs_rollback
+    )
+
+
+def server_side_execute(sql: str, params: Sequence[Any], *, last: bool = False) -> list[tuple]:
     """PostgreSQL: one statement through a server-side-binding psycopg cursor on Django's
     connection (so in its transaction), with Django's error types (IntegrityError, ...).
 
     Django's psycopg backend binds on the client, formatting each array element
     in Python; for these statements that cost more than the database's own work.
+
+    ``last``: the caller's last statement in its transaction, after which its ``atomic()``
+    block ends. Where that block is the outermost (``commits_early``), the COMMIT is sent in
+    the same round trip as the statement (psycopg's pipeline mode) instead of one of its own:
+    Django's commit at the block's end then finds nothing left to commit (psycopg sends none
+    for an idle connection) and runs its ``on_commit`` callbacks as usual. If the statement
+    fails, the COMMIT is not run: the transaction is in error and the block rolls it back, as
+    for any failed statement; if the COMMIT fails, the server has rolled back and the block's
+    rollback finds nothing to undo. A claim is written this way (``claiming.claim_runs``).
     """
     import psycopg
 
     connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params)
+    conn = connection.connection
+    with connection.wrap_database_errors, psycopg.Cursor(conn) as cursor:
+        if last and commits_early():
+            # Both sent at the pipeline's end, one sync (``conn.commit()`` would sync twice).
+            with psycopg.Cursor(conn) as control, conn.pipeline():
+                cursor.execute(sql, params)
+                control.execute("COMMIT")
+        else:
+            cursor.execute(sql, params)
         return cursor.fetchall() if cursor.description else []
 
 
@@ -210,6 +241,7 @@ def insert_rows(
     ordered: bool = False,
     returning: Sequence[str] = (),
     along: Sequence[Statement] = (),
+    last: bool = False,
 ) -> list[tuple]:
     """Insert rows, given column by column (field name -> values), into ``model``'s table.
 
@@ -219,7 +251,8 @@ def insert_rows(
     or to a ``Bind`` value. ``ordered`` inserts in the order of the rows (ids
     follow it). ``returning`` fields are read back (datetimes aware, in UTC);
     their order is the database's, not the rows'. ``along``: data-modifying statements written
-    with the insert (``Statement``), in one round trip on PostgreSQL.
+    with the insert (``Statement``), in one round trip on PostgreSQL. ``last``: the caller's
+    last statement in its transaction (``execute``).
     """
     if not _length(columns):
         run_all(along)
@@ -242,7 +275,8 @@ def insert_rows(
     order = " ORDER BY u.ord" if ordered else ""
     tail = " RETURNING " + ", ".join(_quoted(f) for f in _fields(model, returning)) if returning else ""
     returned: list[tuple] = []
-    for chunk in _chunks(columns):
+    chunks = list(_chunks(columns))
+    for n, chunk in enumerate(chunks, start=1):
         if plain and not _vendor_is_postgresql():
             row = f"({', '.join(['%s'] * len(chunk))})"
             sql = f"{into} ({target}) VALUES {', '.join([row] * _length(chunk))}{tail}"
@@ -257,7 +291,7 @@ def insert_rows(
         if along:  # PostgreSQL (one chunk): the statements as CTEs of this one
             ctes = ", ".join(f"along{i} AS ({st.sql})" for i, st in enumerate(along))
             sql, params = f"WITH {ctes} {sql}", [*chain.from_iterable(st.params for st in along), *params]
-        returned.extend(execute(sql, params))
+        returned.extend(execute(sql, params, last=last and n == len(chunks)))
     if returned and not _vendor_is_postgresql():
         kinds = [f.get_internal_type() for f in _fields(model, returning)]
         if "DateTimeField" in kinds:

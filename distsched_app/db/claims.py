@@ -117,7 +117,7 @@ def _instance(model: type[Model], values: Sequence[Any]) -> Any:
     return model.from_db(connection.alias, names, converted)
 
 
-def _runs(rows: Sequence[Sequence[Any]]) -> list[Run]:
+def runs_from_rows(rows: Sequence[Sequence[Any]]) -> list[Run]:
     """Runs from rows of the run's columns then its schedule's (NULLs when it has none), the
     schedule cached on each run as ``select_related`` would."""
     width = len(_columns(Run))
@@ -177,15 +177,29 @@ def lock_waiting(
     """Up to ``limit`` claimable runs (``Run.objects.claimable``'s rule, in its order) but those in
     ``skip``, with their schedules, locked until COMMIT: the claim's candidates, read by a
     statement written once per shape (through the ORM, building it cost more than running it)."""
+    return read_waiting(waiting_statement(queues=queues, excluded=excluded, now=now, limit=limit, skip=skip))
+
+
+def read_waiting(statement: tuple[str, Sequence[Any]]) -> list[Run]:
+    """The runs ``waiting_statement``'s statement reads (and locks)."""
+    with connection.cursor() as cursor:
+        cursor.execute(*statement)
+        rows = cursor.fetchall()
+    return runs_from_rows(rows)
+
+
+def waiting_statement(
+    *, queues: Sequence[str] | None, excluded: Sequence[str], now: datetime, limit: int, skip: Sequence[int] = ()
+) -> tuple[str, list[Any]]:
+    """``lock_waiting``'s statement and parameters, not run here: PostgreSQL's admission sends it in
+    one pipeline with the partition locks it expects to need (``db.admission.pick_and_lock``); its
+    rows become runs through ``runs_from_rows``."""
     vendor = connection.vendor
     queues, excluded = list(queues or ()), list(excluded)
     params: list[Any] = [connection.ops.adapt_datetimefield_value(now), *queues, *excluded]
     if skip:
         params.append(list(skip) if vendor == "postgresql" else json.dumps(list(skip)))
-    with connection.cursor() as cursor:
-        cursor.execute(_waiting_sql(vendor, len(queues), len(excluded), bool(skip)), [*params, limit])
-        rows = cursor.fetchall()
-    return _runs(rows)
+    return _waiting_sql(vendor, len(queues), len(excluded), bool(skip)), [*params, limit]
 
 
 def _claim_sqlite(
@@ -307,4 +321,4 @@ def claim_waiting(
     with connection.cursor() as cursor:
         cursor.execute(_claim_sql(len(queues), len(excluded)), params)
         rows = cursor.fetchall()
-    return _runs(rows)
+    return runs_from_rows(rows)

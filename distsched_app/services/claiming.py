@@ -155,7 +155,7 @@ def claim_runs(
         elif len(candidates) < limit:
             candidates += claims.lock_waiting(queues=queues, excluded=excluded, now=now, limit=limit - len(candidates))
         if not candidates:
-            events.record_many(new_events, along=gate.writes if limited else ())
+            events.record_many(new_events, along=gate.writes if limited else (), last=True)
             return []
         # Keys alone suffice: the rows read above are locked until COMMIT (see the module docstring).
         started = candidates if start_all else candidates[:1]
@@ -185,7 +185,8 @@ def claim_runs(
                     attempt=run.attempts,
                 )
             )
-        events.record_many(new_events, along=writes)
+        # The claim's last statement: on PostgreSQL it carries the COMMIT (``bulk.execute``).
+        events.record_many(new_events, along=writes, last=True)
     return candidates
 
 
@@ -221,7 +222,11 @@ def _admitted(
             break
         # Admitted ones are still pending in the database until the claim's UPDATE: skipped by id.
         skip = later + [r.pk for r in admitted]
-        picked = claims.lock_waiting(queues=queues, excluded=excluded, now=now, limit=limit - len(admitted), skip=skip)
+        statement = claims.waiting_statement(
+            queues=queues, excluded=excluded, now=now, limit=limit - len(admitted), skip=skip
+        )
+        rows = gate.pick(statement)  # PostgreSQL: with the partitions it expects to admit into
+        picked = claims.read_waiting(statement) if rows is None else claims.runs_from_rows(rows)
         held_back = 0
         for run in picked:
             verdict = gate.admit(run)

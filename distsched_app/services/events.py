@@ -61,13 +61,15 @@ def record(
     return event
 
 
-def record_many(events: Iterable[NewEvent], *, along: Sequence[bulk.Statement] = ()) -> None:
+def record_many(events: Iterable[NewEvent], *, along: Sequence[bulk.Statement] = (), last: bool = False) -> None:
     """Append several events at once (tick and batch outcomes).
 
     Written as one bulk insert (``db.bulk``) rather than ``bulk_create`` because
     it sits on the worker's hot path: building model instances cost more than
     the insert itself. ``along``: statements written with it (a claim's UPDATE of its runs
-    and its limit holds: one round trip on PostgreSQL, ``bulk.insert_rows``).
+    and its limit holds: one round trip on PostgreSQL, ``bulk.insert_rows``). ``last``: the
+    caller's last statement in its transaction (``bulk.execute``: on PostgreSQL it may carry
+    the COMMIT).
     """
     events = list(events)
     if any(e.data is not None for e in events):
@@ -86,6 +88,7 @@ def record_many(events: Iterable[NewEvent], *, along: Sequence[bulk.Statement] =
             "created_at": [e.now for e in events],
         },
         along=along,
+        last=last,
     )
 
 

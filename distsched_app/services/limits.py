@@ -150,6 +150,15 @@ def _claim_lock_timeout(on: bool) -> None:
                 cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
 
 
+# Per worker: the partitions of unpartitioned limits its last claim admitted into (in the order it
+# locked them), with the declared limits they were read under. On PostgreSQL its next claim locks and counts them in the
+# round trip that reads its candidates (``Gate.pick``): a worker draining limited runs claims them
+# in three round trips (BEGIN, that one, and the writes with COMMIT), not five. A claim that
+# admits into none clears it, so a worker whose limited runs are gone stops locking.
+_expected: dict[str, tuple[dict[str, rules.LimitSpec], tuple[tuple[str, str], ...]]] = {}
+MAX_EXPECTED_WORKERS = 64  # workers of one process remembered (tests make many)
+
+
 @dataclass
 class _Partition:
     """A partition locked by this claim: its row, and its holders counted once under the lock
@@ -201,8 +210,40 @@ class Gate:
         self._again: list[int] = []
         self._bounded = False  # the claim's lock_timeout is set (PostgreSQL)
         self._throttled: Counter[tuple[str, str]] = Counter()
+        self._picked = False  # ``pick`` sent its pipeline
         # Statements left for the claim to write (the holds' INSERT), set by ``finish``.
         self.writes: list[bulk.Statement] = []
+
+    def pick(self, statement: tuple[str, Sequence[Any]]) -> list[tuple] | None:
+        """The claim's first read of candidates (``statement``: ``db.claims.waiting_statement``),
+        sent with the locks and counts of the partitions this worker's previous claim admitted
+        into, and the overrides in force (PostgreSQL, ``db.admission.pick_and_lock``): one round
+        trip where reading the candidates, then locking what they need, took two. The same
+        statements in the same order as a lock taken when a candidate needs it (the count still
+        starts after the lock was granted). None where there is nothing to expect: the caller
+        reads the candidates itself. A lock not granted in time keeps none of them: they are
+        then locked when a candidate needs them, as without an expectation."""
+        expected = _expected.get(self.worker_id)
+        if (
+            self._picked
+            or expected is None
+            or expected[0] is not rules.declared()
+            or not expected[1]
+            or self._partitions
+            or not admission.locks_rows()
+        ):
+            return None
+        self._picked = True  # once per claim: a lock not granted in time is not waited for again here
+        pairs = expected[1]
+        rows, locked = admission.pick_and_lock(
+            statement, pairs, self.now, timeout_ms=CLAIM_LOCK_TIMEOUT_MS, overrides=self._overrides is None
+        )
+        for pair, got in (locked or {}).items():
+            if got.overrides is not None:
+                self._overrides = got.overrides
+            if got.partition is not None:  # gone since (pruned): created when a candidate needs it
+                self._partitions[pair] = _Partition(got.partition, got.holders)
+        return rows
 
     def overrides(self) -> dict[str, dict[str, Any]]:
         if self._overrides is None:
@@ -368,6 +409,19 @@ class Gate:
         )
         if self._bounded:
             _claim_lock_timeout(False)
+        if admission.locks_rows():
+            if len(_expected) >= MAX_EXPECTED_WORKERS and self.worker_id not in _expected:
+                _expected.clear()
+            declared = rules.declared()
+            # Unpartitioned limits only: every run under one shares its partition, while the next
+            # claim's runs under a partitioned limit are as likely in other partitions (locking
+            # those would hold up the claims that need them, for nothing).
+            used = tuple(
+                (limit, key)
+                for (limit, key), p in self._partitions.items()
+                if p is not None and p.admitted and limit in declared and not declared[limit].partition_by
+            )
+            _expected[self.worker_id] = (declared, used)
         if self._again:
             LimitHold.objects.filter(run_id__in=self._again).delete()
         if self._holds:  # one INSERT written by db.bulk (bulk_create cost more than the statement)

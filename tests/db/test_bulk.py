@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import DataError, IntegrityError, transaction
+from django.db import DataError, IntegrityError, connection, transaction
 
 from distsched_app.db import bulk
 from distsched_app.models import EventType, Origin, Run, RunEvent, RunState, Schedule
@@ -140,8 +140,77 @@ def test_postgresql_refuses_a_value_too_long_for_its_column_rather_than_truncati
 def test_postgresql_binds_whole_columns_in_one_statement(run, monkeypatch):
     calls = []
     real = bulk.server_side_execute
-    monkeypatch.setattr(bulk, "server_side_execute", lambda sql, params: calls.append(params) or real(sql, params))
+    monkeypatch.setattr(
+        bulk, "server_side_execute", lambda sql, params, **kw: calls.append(params) or real(sql, params, **kw)
+    )
     rows = [(run.pk, EventType.CREATED, "", "", i, T0) for i in range(1200)]
     bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, rows))
     assert len(calls) == 1 and len(calls[0]) == len(EVENT_FIELDS)  # one array per column
     assert RunEvent.objects.count() == 1200
+
+
+# -- the last statement of an outermost block carries the COMMIT (PostgreSQL) ----------------------
+
+
+def _events(run_id: int) -> list[tuple]:
+    return [(run_id, EventType.CREATED, "last", "", 1, T0)]
+
+
+def _idle() -> bool:
+    from psycopg.pq import TransactionStatus
+
+    return connection.connection.pgconn.transaction_status == TransactionStatus.IDLE
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_only_the_outermost_block_lets_its_last_statement_commit():
+    assert not bulk.commits_early()  # no block at all
+    with transaction.atomic():
+        assert bulk.commits_early()
+        with transaction.atomic():
+            assert not bulk.commits_early()  # a savepoint: the COMMIT belongs to the caller
+        assert bulk.commits_early()
+        with pytest.raises(DataError), transaction.atomic():
+            bulk.execute("SELECT 1 / 0", [])
+        assert bulk.commits_early()  # the savepoint rolled back; the block may still commit
+
+
+@pytest.mark.postgres
+def test_inside_a_callers_transaction_the_last_statement_does_not_commit(run):
+    """A test's own transaction (or any caller's) is never committed by a nested block's last statement."""
+    with transaction.atomic():
+        assert not bulk.commits_early()
+        bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, _events(run.pk)), last=True)
+        assert not _idle()
+    assert RunEvent.objects.filter(message="last").count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_last_statement_and_the_commit_go_together_and_on_commit_callbacks_still_run(run):
+    called: list[int] = []
+    with transaction.atomic():
+        transaction.on_commit(lambda: called.append(1))
+        Run.objects.filter(pk=run.pk).update(attempts=1)
+        bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, _events(run.pk)), last=True)
+        assert _idle()  # committed by that round trip
+        assert called == []  # Django runs the callbacks when the block ends
+    assert called == [1]
+    assert Run.objects.get(pk=run.pk).attempts == 1 and RunEvent.objects.filter(message="last").count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_last_statement_or_commit_rolls_the_whole_block_back(run):
+    """The statement fails: the COMMIT behind it is not run. The COMMIT fails (the events' foreign
+    key is checked at commit): the server rolled back. Either way the block's earlier write is gone
+    and the connection is usable."""
+    with pytest.raises(DataError), transaction.atomic():
+        Run.objects.filter(pk=run.pk).update(attempts=5)
+        bulk.execute("SELECT 1 / 0", [], last=True)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Run.objects.filter(pk=run.pk).update(attempts=6)
+        bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, _events(run.pk + 1000)), last=True)
+    assert Run.objects.get(pk=run.pk).attempts == 0
+    assert not RunEvent.objects.filter(message="last").exists()

@@ -401,3 +401,52 @@ def test_an_override_that_sets_a_total_is_enforced(declare, clock):
     clock.advance(5)
     assert len(claim(clock, limit=3, start_all=True)) == 1
     assert sorted(state(r) for r in runs) == [RunState.BLOCKED, RunState.BLOCKED, RunState.RUNNING]
+
+
+# -- the release check skipped while the limit was never more than half full ---------------------
+
+
+def _spy_let_through(monkeypatch) -> list[tuple[str, str]]:
+    calls: list[tuple[str, str]] = []
+    real = limits.let_through
+
+    def spy(limit: str, key: str, **kwargs):
+        calls.append((limit, key))
+        return real(limit, key, **kwargs)
+
+    monkeypatch.setattr(limits, "let_through", spy)
+    return calls
+
+
+def test_releasing_a_slot_taken_while_the_limit_was_roomy_skips_the_partition_when_nothing_is_blocked(
+    declare, clock, monkeypatch
+):
+    """A slot taken with the limit at most half full (not ``tight``) frees without locking the
+    partition or looking for blocked runs one by one: nothing can be waiting behind it."""
+    declare({"wide": {"task": "tests.echo", "concurrency": 4}})
+    run = add()
+    [claimed] = claim(clock)
+    assert LimitHold.objects.get(run_id=run.pk).tight is False
+    calls = _spy_let_through(monkeypatch)
+    succeed(claimed, clock)
+    assert calls == [] and not LimitHold.objects.exists()
+
+
+def test_a_roomy_slot_freed_after_the_limit_filled_still_lets_the_blocked_run_through(declare, clock, monkeypatch):
+    """The skip must not strand a run: the first slot was taken while the limit was roomy (not
+    tight); then the limit filled and a run was blocked. Freeing that first slot sees the blocked
+    run (in the release's own statement) and lets it through in the same transaction."""
+    declare({"two": {"task": "tests.echo", "concurrency": 2}})
+    first, second = add(), add(at=T0 + timedelta(seconds=1))
+    waiting = add(at=T0 + timedelta(seconds=2))
+    clock.advance(5)
+    [one] = claim(clock)
+    [two] = claim(clock, "w2")
+    assert dict(LimitHold.objects.values_list("run_id", "tight")) == {first.pk: False, second.pk: True}
+    assert claim(clock, "w3") == [] and state(waiting) == RunState.BLOCKED
+    calls = _spy_let_through(monkeypatch)
+    succeed(one, clock)
+    assert calls == [("two", "")]
+    assert state(waiting) == RunState.PENDING
+    assert [r.pk for r in claim(clock, "w3")] == [waiting.pk]
+    assert two.pk == second.pk
