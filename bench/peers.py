@@ -139,7 +139,14 @@ class Distsched(System):
     name, label = "distsched", "distsched"
     task = "tests.noop"
 
+    # K > 1: one ``runworker --processes K`` (Django set up once, K children forked), the
+    # recommended way; ``--separate-workers`` spawns K ``runworker`` processes instead.
+    separate = False
+
     def workers(self, k: int, tag: str) -> list[tuple[list[str], dict[str, str]]]:
+        if k > 1 and not self.separate:
+            extra = ["--processes", str(k)]
+            return [(c.worker_command(worker_id=tag, poll_interval=POLL, burst=True, extra=extra), {})]
         return [
             (c.worker_command(worker_id=f"{tag}-{i}", poll_interval=POLL, burst=True, extra=[]), {}) for i in range(k)
         ]
@@ -370,6 +377,11 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=10_000, help="N jobs per leg (enqueued, then drained).")
     p.add_argument("--repeat", type=int, default=2, help="Repetitions; medians are reported.")
     p.add_argument("--workers", default=[1, 4], type=worker_counts, help="Worker counts K, e.g. 1,4 (the default).")
+    p.add_argument(
+        "--separate-workers",
+        action="store_true",
+        help="distsched at K > 1: K separate runworker processes instead of one runworker --processes K.",
+    )
     p.add_argument("--timeout", type=float, default=None, help="Give up on a drain after this many seconds.")
     p.add_argument(
         "--conn-max-age",
@@ -394,6 +406,7 @@ def main() -> int:
     os.environ["BENCH_TASKS_SYSTEM"] = "distsched"  # every Django process: TASKS["default"] is distsched's
     os.environ["BENCH_CONN_MAX_AGE"] = args.conn_max_age
     systems = [SYSTEMS[n] for n in names]
+    Distsched.separate = args.separate_workers  # the framework system inherits it
     with c.scratch_database(NAME, args, settings=SETTINGS):
         versions = package_versions()
         c.header(
@@ -421,7 +434,8 @@ def main() -> int:
                 "notes": notes,
                 "settings": {
                     "q2": q2_settings(),
-                    "distsched_worker": f"runworker --burst --poll-interval {POLL}",
+                    "distsched_worker": f"runworker --burst --poll-interval {POLL}"
+                    + ("" if args.separate_workers else " (K > 1: one process, --processes K)"),
                     "conn_max_age": args.conn_max_age,
                 },
             },
