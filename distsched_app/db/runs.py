@@ -81,6 +81,24 @@ def execute(sql: str, params: Sequence[Any]) -> list[tuple]:
         return cursor.fetchall() if cursor.description else []
 
 
+def execute_bound(sql: str, params: Sequence[Any]) -> list[tuple]:
+    """PostgreSQL: one statement with its parameters bound on the server, through Django's
+    cursor wrapper (its execute wrappers, query log and error types see it like any other).
+
+    Django's psycopg backend binds on the client: it quotes each of the enqueue's twenty
+    values in Python and the server parses them back, which cost as much as the INSERT
+    itself. The statement is unnamed, so poolers in transaction mode are fine; it is prepared
+    only if the database's ``OPTIONS["prepare_threshold"]`` asks for it (Django's default: never).
+    """
+    import psycopg
+
+    connection.ensure_connection()
+    raw = psycopg.Cursor(connection.connection)
+    with connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
 def _event_sql(source: str) -> str:
     _, events = _tables()
     return (
@@ -107,7 +125,7 @@ def _enqueue_sql(vendor: str, unique: bool, wake: bool) -> tuple[str, str]:
         return (
             f"WITH s AS (SELECT nextval(pg_get_serial_sequence(%s, 'id')) AS id), "  # noqa: S608
             f"r AS (INSERT INTO {runs} ({_ENQUEUE_COLUMNS}) SELECT s.id, %s, %s::jsonb, %s::jsonb, %s, %s, %s, 0, "
-            f"%s, '', '', %s, %s, %s || s.id, false, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s FROM s{conflict} "
+            f"%s, '', '', %s, %s, %s::text || s.id, false, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s FROM s{conflict} "
             "RETURNING id, queue), "
             f"e AS ({_event_sql('r')}) SELECT id{notify_sql} FROM r",
             "",
@@ -133,7 +151,7 @@ def insert_enqueued(new: NewRun, *, now: datetime, message: str) -> int | None:
             new.max_attempts, new.queue, Origin.ENQUEUED.value, key, at, at, new.priority, _json(new.retry_policy),
             new.unique_key, _json(new.trace_context), new.backend, message, at,
         ]  # fmt: skip
-        rows = execute(run_sql, params)
+        rows = execute_bound(run_sql, params)
         return rows[0][0] if rows else None
     # Outside a transaction, BEGIN IMMEDIATE: the write lock makes the next id ours. Inside the
     # caller's (already IMMEDIATE) one, no savepoint: two plain statements.
