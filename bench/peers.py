@@ -117,6 +117,10 @@ class System:
         """The first job's completion, epoch seconds, as the database records it."""
         raise NotImplementedError
 
+    def all_ready(self, k: int) -> float | None:
+        """When the last of K workers finished its first job (epoch seconds; distsched only)."""
+        return None
+
     def check(self, expected: int) -> tuple[dict[str, Any], list[str]]:
         """What the database says about the leg, and what is wrong with it (exactly once)."""
         raise NotImplementedError
@@ -170,6 +174,20 @@ class Distsched(System):
         from distsched_app.models import Run
 
         return _epoch(Run.objects.aggregate(t=Min("finished_at"))["t"])
+
+    def all_ready(self, k: int) -> float | None:
+        from django.db.models import Min
+
+        from distsched_app.models import EventType, RunEvent
+
+        firsts = (
+            RunEvent.objects.filter(event_type=EventType.SUCCEEDED)
+            .order_by()
+            .values("worker_id")
+            .annotate(t=Min("created_at"))
+        )
+        times = [row["t"] for row in firsts]
+        return _epoch(max(times)) if len(times) == k else None  # a worker that ran nothing was never ready
 
     def check(self, expected: int) -> tuple[dict[str, Any], list[str]]:
         from django.db.models import Count
@@ -498,7 +516,8 @@ def measure(args, systems: list[System]) -> tuple[dict, list, list[str]]:
                     f"  {tag:<24} enqueue {got['median_ms']:.3f} ms/job (mean {got['mean_ms']:.3f}, "
                     f"{got['statements_per']:.2f} stmts, {got['connects_per']:.2f} connects)  "
                     f"drain {drained['per_s']:8,.0f} jobs/s ({drained['wall_s']:.2f} s)  "
-                    f"first job {drained['first_s']:.2f} s",
+                    f"first job {drained['first_s']:.2f} s"
+                    + (f", all {k} busy {drained['ready_s']:.2f} s" if k > 1 else ""),
                     flush=True,
                 )
         print(f"repetition {rep + 1}/{args.repeat} done (load {os.getloadavg()[0]:.2f})", flush=True)
@@ -537,6 +556,7 @@ def drain(args, system: System, k: int, tag: str) -> dict[str, Any]:
     wall = time.perf_counter() - start
     codes = stop(procs, signal_first=not system.exits_by_itself)
     first = system.first_done()
+    ready = system.all_ready(k)
     state, problems = system.check(args.jobs)
     if not finished:
         problems.append(f"not drained within {timeout:.0f} s")
@@ -550,6 +570,7 @@ def drain(args, system: System, k: int, tag: str) -> dict[str, Any]:
         "wall_s": wall,
         "per_s": args.jobs / wall if not problems else float("nan"),
         "first_s": first - spawned if first is not None else float("nan"),
+        "ready_s": ready - spawned if ready is not None else float("nan"),
         "problems": problems,
         "check": {"ok": not problems, "exit_codes": codes, **state},
     }
@@ -582,6 +603,8 @@ def metrics(args) -> list[tuple[str, str, bool]]:
     ]
     rows += [(f"drain K={k} jobs/s", f"drain{k}_per_s", True) for k in args.workers]
     rows.append((f"spawn -> first job done s (K={first_k})", f"drain{first_k}_first_s", False))
+    # distsched only: the K-th worker's first job done (every worker running).
+    rows += [(f"spawn -> all K busy s (K={k})", f"drain{k}_ready_s", False) for k in args.workers if k > 1]
     return rows
 
 
