@@ -93,7 +93,7 @@ def execute_bound(sql: str, params: Sequence[Any]) -> list[tuple]:
     import psycopg
 
     connection.ensure_connection()
-    raw = psycopg.Cursor(connection.connection)
+    raw: Any = psycopg.Cursor(connection.connection)  # django-stubs type make_cursor's argument as a wrapper
     with connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw) as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall() if cursor.description else []
