@@ -81,7 +81,7 @@ def execute(sql: str, params: Sequence[Any]) -> list[tuple]:
         return cursor.fetchall() if cursor.description else []
 
 
-def execute_bound(sql: str, params: Sequence[Any]) -> list[tuple]:
+def execute_bound(sql: str, params: Sequence[Any] | dict[str, Any]) -> list[tuple]:
     """PostgreSQL: one statement with its parameters bound on the server, through Django's
     cursor wrapper (its execute wrappers, query log and error types see it like any other).
 
@@ -121,13 +121,18 @@ def _enqueue_sql(vendor: str, unique: bool, wake: bool) -> tuple[str, str]:
     runs, events = _tables()
     conflict = f" ON CONFLICT (task_name, unique_key) WHERE {_ACTIVE_KEY} DO NOTHING" if unique else ""
     if vendor == "postgresql":
+        # Named parameters, each sent once (``at`` and ``slot`` serve two columns each); the
+        # values every enqueue shares are literals. The fewer values, the less to encode and send.
         notify_sql = f", pg_notify('{CHANNEL}', queue)" if wake else ""
+        pending, enqueued, created = RunState.PENDING.value, Origin.ENQUEUED.value, EventType.CREATED.value
         return (
-            f"WITH s AS (SELECT nextval(pg_get_serial_sequence(%s, 'id')) AS id), "  # noqa: S608
-            f"r AS (INSERT INTO {runs} ({_ENQUEUE_COLUMNS}) SELECT s.id, %s, %s::jsonb, %s::jsonb, %s, %s, %s, 0, "
-            f"%s, '', '', %s, %s, %s::text || s.id, false, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s FROM s{conflict} "
-            "RETURNING id, queue), "
-            f"e AS ({_event_sql('r')}) SELECT id{notify_sql} FROM r",
+            f"WITH s AS (SELECT nextval(pg_get_serial_sequence('{Run._meta.db_table}', 'id')) AS id), "  # noqa: S608
+            f"r AS (INSERT INTO {runs} ({_ENQUEUE_COLUMNS}) SELECT s.id, %(task)s, %(args)s::jsonb, "
+            f"%(kwargs)s::jsonb, '{pending}', %(slot)s, %(slot)s, 0, %(max_attempts)s, '', '', %(queue)s, "
+            f"'{enqueued}', '{enqueued}:' || s.id, false, %(at)s, %(at)s, %(priority)s, %(policy)s::jsonb, "
+            f"%(unique_key)s, %(trace)s::jsonb, %(backend)s FROM s{conflict} RETURNING id, queue), "
+            f"e AS (INSERT INTO {events} (run_id, event_type, message, worker_id, attempt, created_at) "
+            f"SELECT id, '{created}', %(message)s, '', 0, %(at)s FROM r) SELECT id{notify_sql} FROM r",
             "",
         )
     return (
@@ -146,12 +151,13 @@ def insert_enqueued(new: NewRun, *, now: datetime, message: str) -> int | None:
     wake = notify.enabled() and new.scheduled_for <= now  # a deferred run is found by the workers' timers
     run_sql, event_sql = _enqueue_sql(connection.vendor, bool(new.unique_key), wake)
     if connection.vendor == "postgresql":
-        params = [
-            Run._meta.db_table, new.task_name, new.args_json, new.kwargs_json, RunState.PENDING.value, slot, slot,
-            new.max_attempts, new.queue, Origin.ENQUEUED.value, key, at, at, new.priority, _json(new.retry_policy),
-            new.unique_key, _json(new.trace_context), new.backend, message, at,
-        ]  # fmt: skip
-        rows = execute_bound(run_sql, params)
+        named = {
+            "task": new.task_name, "args": new.args_json, "kwargs": new.kwargs_json, "slot": slot,
+            "max_attempts": new.max_attempts, "queue": new.queue, "at": at, "priority": new.priority,
+            "policy": _json(new.retry_policy), "unique_key": new.unique_key, "trace": _json(new.trace_context),
+            "backend": new.backend, "message": message,
+        }  # fmt: skip
+        rows = execute_bound(run_sql, named)
         return rows[0][0] if rows else None
     # Outside a transaction, BEGIN IMMEDIATE: the write lock makes the next id ours. Inside the
     # caller's (already IMMEDIATE) one, no savepoint: two plain statements.
