@@ -9,7 +9,9 @@ The systems (``--systems``, default all; procrastinate is PostgreSQL only):
 
 - ``distsched``: ``distsched_app.services.enqueue.enqueue(Job(task_name="tests.noop"), now=...)``
   (the call behind the framework backend and ``POST /api/runs``; the ``Scheduler`` facade
-  has no enqueue), drained by ``runworker --burst --poll-interval 0.05``;
+  has no enqueue), drained by ``runworker --burst --poll-interval 0.05``, at K > 1 one
+  ``runworker --processes K`` (Django set up once, K workers forked; ``--separate-workers``:
+  K separate processes);
 - ``framework``: distsched through ``django.tasks`` (``@task def noop()`` +
   ``noop.enqueue()``, ``TASKS["default"]`` = ``distsched_app.backends.DistschedBackend``),
   the same workers;
