@@ -81,24 +81,6 @@ def execute(sql: str, params: Sequence[Any]) -> list[tuple]:
         return cursor.fetchall() if cursor.description else []
 
 
-def execute_bound(sql: str, params: Sequence[Any] | dict[str, Any]) -> list[tuple]:
-    """PostgreSQL: one statement with its parameters bound on the server, through Django's
-    cursor wrapper (its execute wrappers, query log and error types see it like any other).
-
-    Django's psycopg backend binds on the client: it quotes each of the enqueue's twenty
-    values in Python and the server parses them back, which cost as much as the INSERT
-    itself. The statement is unnamed, so poolers in transaction mode are fine; it is prepared
-    only if the database's ``OPTIONS["prepare_threshold"]`` asks for it (Django's default: never).
-    """
-    import psycopg
-
-    connection.ensure_connection()
-    raw: Any = psycopg.Cursor(connection.connection)  # django-stubs type make_cursor's argument as a wrapper
-    with connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw) as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall() if cursor.description else []
-
-
 def _event_sql(source: str) -> str:
     _, events = _tables()
     return (
@@ -121,18 +103,13 @@ def _enqueue_sql(vendor: str, unique: bool, wake: bool) -> tuple[str, str]:
     runs, events = _tables()
     conflict = f" ON CONFLICT (task_name, unique_key) WHERE {_ACTIVE_KEY} DO NOTHING" if unique else ""
     if vendor == "postgresql":
-        # Named parameters, each sent once (``at`` and ``slot`` serve two columns each); the
-        # values every enqueue shares are literals. The fewer values, the less to encode and send.
         notify_sql = f", pg_notify('{CHANNEL}', queue)" if wake else ""
-        pending, enqueued, created = RunState.PENDING.value, Origin.ENQUEUED.value, EventType.CREATED.value
         return (
-            f"WITH s AS (SELECT nextval(pg_get_serial_sequence('{Run._meta.db_table}', 'id')) AS id), "  # noqa: S608
-            f"r AS (INSERT INTO {runs} ({_ENQUEUE_COLUMNS}) SELECT s.id, %(task)s, %(args)s::jsonb, "
-            f"%(kwargs)s::jsonb, '{pending}', %(slot)s, %(slot)s, 0, %(max_attempts)s, '', '', %(queue)s, "
-            f"'{enqueued}', '{enqueued}:' || s.id, false, %(at)s, %(at)s, %(priority)s, %(policy)s::jsonb, "
-            f"%(unique_key)s, %(trace)s::jsonb, %(backend)s FROM s{conflict} RETURNING id, queue), "
-            f"e AS (INSERT INTO {events} (run_id, event_type, message, worker_id, attempt, created_at) "
-            f"SELECT id, '{created}', %(message)s, '', 0, %(at)s FROM r) SELECT id{notify_sql} FROM r",
+            f"WITH s AS (SELECT nextval(pg_get_serial_sequence(%s, 'id')) AS id), "  # noqa: S608
+            f"r AS (INSERT INTO {runs} ({_ENQUEUE_COLUMNS}) SELECT s.id, %s, %s::jsonb, %s::jsonb, %s, %s, %s, 0, "
+            f"%s, '', '', %s, %s, %s || s.id, false, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s FROM s{conflict} "
+            "RETURNING id, queue), "
+            f"e AS ({_event_sql('r')}) SELECT id{notify_sql} FROM r",
             "",
         )
     return (
@@ -151,13 +128,12 @@ def insert_enqueued(new: NewRun, *, now: datetime, message: str) -> int | None:
     wake = notify.enabled() and new.scheduled_for <= now  # a deferred run is found by the workers' timers
     run_sql, event_sql = _enqueue_sql(connection.vendor, bool(new.unique_key), wake)
     if connection.vendor == "postgresql":
-        named = {
-            "task": new.task_name, "args": new.args_json, "kwargs": new.kwargs_json, "slot": slot,
-            "max_attempts": new.max_attempts, "queue": new.queue, "at": at, "priority": new.priority,
-            "policy": _json(new.retry_policy), "unique_key": new.unique_key, "trace": _json(new.trace_context),
-            "backend": new.backend, "message": message,
-        }  # fmt: skip
-        rows = execute_bound(run_sql, named)
+        params = [
+            Run._meta.db_table, new.task_name, new.args_json, new.kwargs_json, RunState.PENDING.value, slot, slot,
+            new.max_attempts, new.queue, Origin.ENQUEUED.value, key, at, at, new.priority, _json(new.retry_policy),
+            new.unique_key, _json(new.trace_context), new.backend, message, at,
+        ]  # fmt: skip
+        rows = execute(run_sql, params)
         return rows[0][0] if rows else None
     # Outside a transaction, BEGIN IMMEDIATE: the write lock makes the next id ours. Inside the
     # caller's (already IMMEDIATE) one, no savepoint: two plain statements.
