@@ -9,7 +9,9 @@ The systems (``--systems``, default all; procrastinate is PostgreSQL only):
 
 - ``distsched``: ``distsched_app.services.enqueue.enqueue(Job(task_name="tests.noop"), now=...)``
   (the call behind the framework backend and ``POST /api/runs``; the ``Scheduler`` facade
-  has no enqueue), drained by ``runworker --burst --poll-interval 0.05``;
+  has no enqueue), drained by ``runworker --burst --poll-interval 0.05``, at K > 1 one
+  ``runworker --processes K`` (Django set up once, K workers forked; ``--separate-workers``:
+  K separate processes);
 - ``framework``: distsched through ``django.tasks`` (``@task def noop()`` +
   ``noop.enqueue()``, ``TASKS["default"]`` = ``distsched_app.backends.DistschedBackend``),
   the same workers;
@@ -117,6 +119,10 @@ class System:
         """The first job's completion, epoch seconds, as the database records it."""
         raise NotImplementedError
 
+    def all_ready(self, k: int) -> float | None:
+        """When the last of K workers finished its first job (epoch seconds; distsched only)."""
+        return None
+
     def check(self, expected: int) -> tuple[dict[str, Any], list[str]]:
         """What the database says about the leg, and what is wrong with it (exactly once)."""
         raise NotImplementedError
@@ -139,7 +145,14 @@ class Distsched(System):
     name, label = "distsched", "distsched"
     task = "tests.noop"
 
+    # K > 1: one ``runworker --processes K`` (Django set up once, K children forked), the
+    # recommended way; ``--separate-workers`` spawns K ``runworker`` processes instead.
+    separate = False
+
     def workers(self, k: int, tag: str) -> list[tuple[list[str], dict[str, str]]]:
+        if k > 1 and not self.separate:
+            extra = ["--processes", str(k)]
+            return [(c.worker_command(worker_id=tag, poll_interval=POLL, burst=True, extra=extra), {})]
         return [
             (c.worker_command(worker_id=f"{tag}-{i}", poll_interval=POLL, burst=True, extra=[]), {}) for i in range(k)
         ]
@@ -163,6 +176,20 @@ class Distsched(System):
         from distsched_app.models import Run
 
         return _epoch(Run.objects.aggregate(t=Min("finished_at"))["t"])
+
+    def all_ready(self, k: int) -> float | None:
+        from django.db.models import Min
+
+        from distsched_app.models import EventType, RunEvent
+
+        firsts = (
+            RunEvent.objects.filter(event_type=EventType.SUCCEEDED)
+            .order_by()
+            .values("worker_id")
+            .annotate(t=Min("created_at"))
+        )
+        times = [row["t"] for row in firsts]
+        return _epoch(max(times)) if len(times) == k else None  # a worker that ran nothing was never ready
 
     def check(self, expected: int) -> tuple[dict[str, Any], list[str]]:
         from django.db.models import Count
@@ -370,6 +397,11 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=10_000, help="N jobs per leg (enqueued, then drained).")
     p.add_argument("--repeat", type=int, default=2, help="Repetitions; medians are reported.")
     p.add_argument("--workers", default=[1, 4], type=worker_counts, help="Worker counts K, e.g. 1,4 (the default).")
+    p.add_argument(
+        "--separate-workers",
+        action="store_true",
+        help="distsched at K > 1: K separate runworker processes instead of one runworker --processes K.",
+    )
     p.add_argument("--timeout", type=float, default=None, help="Give up on a drain after this many seconds.")
     p.add_argument(
         "--conn-max-age",
@@ -394,6 +426,7 @@ def main() -> int:
     os.environ["BENCH_TASKS_SYSTEM"] = "distsched"  # every Django process: TASKS["default"] is distsched's
     os.environ["BENCH_CONN_MAX_AGE"] = args.conn_max_age
     systems = [SYSTEMS[n] for n in names]
+    Distsched.separate = args.separate_workers  # the framework system inherits it
     with c.scratch_database(NAME, args, settings=SETTINGS):
         versions = package_versions()
         c.header(
@@ -421,7 +454,8 @@ def main() -> int:
                 "notes": notes,
                 "settings": {
                     "q2": q2_settings(),
-                    "distsched_worker": f"runworker --burst --poll-interval {POLL}",
+                    "distsched_worker": f"runworker --burst --poll-interval {POLL}"
+                    + ("" if args.separate_workers else " (K > 1: one process, --processes K)"),
                     "conn_max_age": args.conn_max_age,
                 },
             },
@@ -484,7 +518,8 @@ def measure(args, systems: list[System]) -> tuple[dict, list, list[str]]:
                     f"  {tag:<24} enqueue {got['median_ms']:.3f} ms/job (mean {got['mean_ms']:.3f}, "
                     f"{got['statements_per']:.2f} stmts, {got['connects_per']:.2f} connects)  "
                     f"drain {drained['per_s']:8,.0f} jobs/s ({drained['wall_s']:.2f} s)  "
-                    f"first job {drained['first_s']:.2f} s",
+                    f"first job {drained['first_s']:.2f} s"
+                    + (f", all {k} busy {drained['ready_s']:.2f} s" if k > 1 else ""),
                     flush=True,
                 )
         print(f"repetition {rep + 1}/{args.repeat} done (load {os.getloadavg()[0]:.2f})", flush=True)
@@ -523,6 +558,7 @@ def drain(args, system: System, k: int, tag: str) -> dict[str, Any]:
     wall = time.perf_counter() - start
     codes = stop(procs, signal_first=not system.exits_by_itself)
     first = system.first_done()
+    ready = system.all_ready(k)
     state, problems = system.check(args.jobs)
     if not finished:
         problems.append(f"not drained within {timeout:.0f} s")
@@ -536,6 +572,7 @@ def drain(args, system: System, k: int, tag: str) -> dict[str, Any]:
         "wall_s": wall,
         "per_s": args.jobs / wall if not problems else float("nan"),
         "first_s": first - spawned if first is not None else float("nan"),
+        "ready_s": ready - spawned if ready is not None else float("nan"),
         "problems": problems,
         "check": {"ok": not problems, "exit_codes": codes, **state},
     }
@@ -568,6 +605,8 @@ def metrics(args) -> list[tuple[str, str, bool]]:
     ]
     rows += [(f"drain K={k} jobs/s", f"drain{k}_per_s", True) for k in args.workers]
     rows.append((f"spawn -> first job done s (K={first_k})", f"drain{first_k}_first_s", False))
+    # distsched only: the K-th worker's first job done (every worker running).
+    rows += [(f"spawn -> all K busy s (K={k})", f"drain{k}_ready_s", False) for k in args.workers if k > 1]
     return rows
 
 

@@ -10,8 +10,10 @@ from ... import checks
 from ...errors import DistschedError
 from ...services import declared_schedules
 from ...text import storable
-from ...worker import Worker
-from ..base import DistschedCommand, positive_float, positive_int, queue_list
+from ...worker import Worker, prefork
+from ..base import DistschedCommand, int_up_to, positive_float, positive_int, queue_list
+
+MAX_PROCESSES = 64
 
 
 class Command(DistschedCommand):
@@ -60,6 +62,13 @@ class Command(DistschedCommand):
             default=1,
             help="Run up to N tasks at once in threads (for I/O-bound tasks).",
         )
+        parser.add_argument(
+            "--processes",
+            type=int_up_to(MAX_PROCESSES),
+            default=1,
+            help="Set Django up once, then fork N worker processes and supervise them (forwards SIGTERM/SIGINT, "
+            "restarts a child that dies). Each child is a full worker with its own id; --max-runs is per child.",
+        )
         parser.add_argument("--with-tick", action="store_true", help="Also tick schedules (safe with several tickers).")
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--once", action="store_true", help="Execute at most one run, then exit 0.")
@@ -72,9 +81,36 @@ class Command(DistschedCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        processes = options["processes"]
+        if processes > 1 and options["once"]:
+            raise CommandError("--once executes one run in one process; it takes no --processes")
+        # Bad options fail here, before any fork (with the longest id a child will have).
+        worker = self.make_worker(options, self.child_id(options["worker_id"], processes - 1, processes))
+        if options["with_tick"]:
+            declared_schedules.apply_at_startup(worker.clock, process="worker")
+        if processes == 1:
+            self.serve(worker, options)
+            return
+        prefork.warm_up()
+        supervisor = prefork.Supervisor(processes, lambda slot: self.child(slot, options), restart=not options["burst"])
+        if supervisor.run():
+            raise CommandError(f"a worker process failed (of {processes}); see the log above")
+
+    def child(self, slot: int, options: dict[str, Any]) -> int:
+        """One forked worker process: its own id (``<worker-id>-<n>`` when one is given)."""
+        worker = self.make_worker(options, self.child_id(options["worker_id"], slot, options["processes"]))
+        prefork.watch_parent(worker.request_stop)
+        self.serve(worker, options)
+        return 0
+
+    @staticmethod
+    def child_id(base: str | None, slot: int, processes: int) -> str | None:
+        return f"{base}-{slot + 1}" if base and processes > 1 else base
+
+    def make_worker(self, options: dict[str, Any], worker_id: str | None) -> Worker:
         try:
-            worker = Worker(
-                worker_id=options["worker_id"],
+            return Worker(
+                worker_id=worker_id,
                 queues=options["queues"],
                 capabilities=options["capability"],
                 lease_seconds=options["lease_seconds"],
@@ -86,8 +122,8 @@ class Command(DistschedCommand):
             )
         except DistschedError as exc:
             raise CommandError(storable(str(exc))) from None
-        if options["with_tick"]:
-            declared_schedules.apply_at_startup(worker.clock, process="worker")
+
+    def serve(self, worker: Worker, options: dict[str, Any]) -> None:
         if options["once"]:
             # At most one run, nothing due is fine; through run() so that SIGTERM
             # finishes the run gracefully and the stopped status is recorded.

@@ -31,6 +31,20 @@ def manage_run(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--once", "--processes", "2"], "--once executes one run in one process; it takes no --processes"),
+        # The children are w...w-1 .. w...w-2: refused before any fork, not by each child.
+        (["--processes", "2", "--worker-id", "w" * 199], "worker_id is longer than 200 characters"),
+    ],
+)
+def test_processes_options_that_cannot_work_are_refused_in_one_line(args, message):
+    result = manage_run("runworker", *args)
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"CommandError: {message}"
+
+
+@pytest.mark.parametrize(
     "args",
     [
         ["runworker", "--lease-seconds", "0"],
@@ -39,6 +53,8 @@ def manage_run(*args: str) -> subprocess.CompletedProcess:
         ["runworker", "--max-runs", "0"],
         ["runworker", "--queues", ","],
         ["runworker", "--once", "--burst"],
+        ["runworker", "--processes", "0"],
+        ["runworker", "--processes", "65"],
         ["runworker", "--bogus"],
         ["tick", "--interval", "0"],
     ],
