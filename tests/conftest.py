@@ -10,6 +10,7 @@ from django.db import connection
 
 from distsched_app import FakeClock, Scheduler
 from distsched_app.clock import use_clock
+from distsched_app.services import figures
 from tests.testapp import tasks as test_tasks
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
@@ -38,6 +39,14 @@ def _reset_test_tasks():
     yield
     test_tasks.CALLS.clear()
     test_tasks.HOOKS.clear()
+
+
+@pytest.fixture(autouse=True)
+def _exact_operator_figures(monkeypatch):
+    """No stored figure unless a test asks for one (``figures.SLOW_SECONDS = 0``): a figure is
+    stored when computing it was slow, and on a loaded machine that would make a test's counts
+    and query numbers depend on its timing."""
+    monkeypatch.setattr(figures, "SLOW_SECONDS", float("inf"))
 
 
 @pytest.fixture
