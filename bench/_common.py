@@ -86,13 +86,7 @@ def scratch_database(name: str, args: argparse.Namespace, settings: str = "tests
         _pg_admin(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
         _pg_admin(f'CREATE DATABASE "{dbname}"')
         url = f"{PG_ADMIN_URL.replace('postgresql://', 'postgres://')}/{dbname}"
-    os.environ.update(
-        DATABASE_URL=url,
-        DJANGO_SETTINGS_MODULE=settings,
-        DJANGO_DEBUG="1" if args.debug else "0",
-        DISTSCHED_LOG_LEVEL=args.log_level,
-        PYTHONUNBUFFERED="1",
-    )
+    _environment(url, args, settings)
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         import django
@@ -119,10 +113,8 @@ def scratch_database(name: str, args: argparse.Namespace, settings: str = "tests
             print(f"kept scratch database: {url}")
 
 
-@contextmanager
-def existing_database(url: str, args: argparse.Namespace, settings: str = "tests.settings") -> Iterator[str]:
-    """Configure Django for a database that outlives the run (``--database-url``): migrate it, never drop it."""
-    compile_checkout()
+def _environment(url: str, args: argparse.Namespace, settings: str) -> None:
+    """The environment Django and the spawned ``manage.py`` children read: database, settings, logging."""
     os.environ.update(
         DATABASE_URL=url,
         DJANGO_SETTINGS_MODULE=settings,
@@ -130,6 +122,13 @@ def existing_database(url: str, args: argparse.Namespace, settings: str = "tests
         DISTSCHED_LOG_LEVEL=args.log_level,
         PYTHONUNBUFFERED="1",
     )
+
+
+@contextmanager
+def existing_database(url: str, args: argparse.Namespace, settings: str = "tests.settings") -> Iterator[str]:
+    """Configure Django for a database that outlives the run (``--database-url``): migrate it, never drop it."""
+    compile_checkout()
+    _environment(url, args, settings)
     import django
 
     django.setup()
