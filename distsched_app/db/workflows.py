@@ -84,7 +84,9 @@ def _waiting_nodes(run_ids: list[int]) -> list[WaitingNode]:
     if connection.vendor != "postgresql":
         waits = (
             f"EXISTS (SELECT 1 FROM {edges} e INDEXED BY {q(WAITING_EDGES_INDEX)} "  # noqa: S608 - names only
-            "WHERE e.downstream_id = r.id AND NOT e.done)"
+            # Both spellings of "not done": SQLite uses a partial index only when the query repeats its
+            # condition, which Django 5.2 writes ``NOT "done"`` and Django 6 ``"done" = 0``.
+            "WHERE e.downstream_id = r.id AND NOT e.done AND e.done = 0)"
         )
         sql = base.format(extra=f", {waits}", ids="IN (SELECT value FROM json_each(%s))")
         return [(r, w, rule, bool(still)) for r, w, rule, still in execute(sql, [json.dumps(run_ids), prefix])]
