@@ -182,7 +182,10 @@ def test_a_schedules_runs_take_the_tasks_declared_priority(scheduler, clock, set
 
 
 def test_a_framework_task_outside_tasks_py_is_found_for_its_priority(scheduler, clock):
-    name = "tests.testapp.upstream_tasks.urgent"  # @task(priority=5), in no app's tasks module
+    from tests.testapp import upstream_tasks  # registers it for the schedule's validation, in any test order
+
+    name = upstream_tasks.urgent.module_path  # @task(priority=5), in no app's tasks module
+    assert name == "tests.testapp.upstream_tasks.urgent"
     schedules.create_schedule(name="e", task_name=name, interval_seconds=60, now=clock.now())
     registry.unregister(name)  # as in a ticker that never imported the module
     clock.advance(seconds=60)
