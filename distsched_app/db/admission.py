@@ -150,27 +150,30 @@ def pick_and_lock(
         lockers = [stack.enter_context(psycopg.Cursor(conn)) for _ in pairs]
         counters = [stack.enter_context(psycopg.Cursor(conn)) for _ in pairs]
         stripers = [stack.enter_context(psycopg.Cursor(conn)) for _ in pairs]
+        # Only stripes tried (never waited for): no savepoint and no timeout to set around them.
+        waits = any(pair not in stripes or stripes[pair] is None for pair in pairs)
         try:
             with psycopg.Cursor(conn) as control, conn.pipeline():  # sent together, read at its end
                 if pick is not None:
                     picker.execute(*pick)
-                if pairs:
+                if waits:
                     control.execute(f"SAVEPOINT {SAVEPOINT}")
                     control.execute(f"SET LOCAL lock_timeout = '{int(timeout_ms)}ms'")
-                    for i, (limit, key) in enumerate(pairs):
-                        first = overrides and i == 0
-                        read = [now] if first else []
-                        if (limit, key) not in stripes:
-                            lockers[i].execute(_lock_sql(first), [*read, limit, key])
-                            counters[i].execute(holds.live_sql(by_key=True), [limit, now, key])
-                            continue
-                        prefer, lock_key = stripes[(limit, key)], stripe_lock_key(limit, key)
-                        if prefer is None:
-                            lockers[i].execute(_lock_sql(first), [*read, limit, key])
-                            stripers[i].execute(ALL_STRIPES_SQL, [lock_key])
-                        else:
-                            lockers[i].execute(_try_stripe_sql(first), [*read, prefer % STRIPES, lock_key])
-                        counters[i].execute(holds.live_by_stripe_sql(), [limit, now, key])
+                for i, (limit, key) in enumerate(pairs):
+                    first = overrides and i == 0
+                    at = [now] if first else []
+                    if (limit, key) not in stripes:
+                        lockers[i].execute(_lock_sql(first), [*at, limit, key])
+                        counters[i].execute(holds.live_sql(by_key=True), [limit, now, key])
+                        continue
+                    prefer, lock_key = stripes[(limit, key)], stripe_lock_key(limit, key)
+                    if prefer is None:
+                        lockers[i].execute(_lock_sql(first), [*at, limit, key])
+                        stripers[i].execute(ALL_STRIPES_SQL, [lock_key])
+                    else:
+                        lockers[i].execute(_try_stripe_sql(first), [*at, prefer % STRIPES, lock_key])
+                    counters[i].execute(holds.live_by_stripe_sql(), [limit, now, key])
+                if waits:
                     control.execute("SET LOCAL lock_timeout TO DEFAULT")
                     control.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
         except psycopg.errors.LockNotAvailable:
