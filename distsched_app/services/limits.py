@@ -532,8 +532,9 @@ class Gate:
                 held = self._one_stripe(spec.name, key, numbers)
                 if held is not None:  # admitted under its stripe's lock alone
                     assert held.one is not None and numbers.concurrency is not None  # noqa: S101
-                    share = stripe_share(numbers.concurrency, held.one)
-                    room = _room_to_prefetch(rules.Numbers(concurrency=share), held.counts[held.one], 0)
+                    # Whether it may wait prefetched, and its hold is roomy: the whole limit at most half
+                    # full, as far as this claim sees (its own stripe has room for it: checked above).
+                    room = _room_to_prefetch(numbers, sum(held.counts.values()), 0)
                     if extra and not room:
                         return Verdict.LATER
                     roomy = roomy and room
