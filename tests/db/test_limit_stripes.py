@@ -176,3 +176,37 @@ def test_a_striped_slot_of_a_dead_worker_frees_when_its_lease_expires(striped, c
         got += _claim("alive", clock.now(), limit=CAP)
     assert _live(clock.now()) == CAP
     assert len(got) == CAP  # recovered leases and the runs let through, never more than the cap
+
+
+@pytest.mark.django_db
+def test_the_next_claim_sends_its_stripe_or_the_whole_limit_with_its_candidates(striped, monkeypatch):
+    """A worker whose claim admitted under one stripe tries that stripe again in the round trip
+    that reads its next candidates; one whose claim left the limit more than half full locks the
+    whole limit there instead (no stripe first, so it never waits for the others while holding one)."""
+    if not is_postgres():
+        pytest.skip("PostgreSQL's locks")
+    sent: list[dict] = []
+    real = admission.pick_and_lock
+
+    def spy(pick, *args, **kwargs):
+        if pick is not None:  # the pipelines that read candidates (lock_and_count sends none)
+            sent.append(kwargs["stripes"])
+        return real(pick, *args, **kwargs)
+
+    monkeypatch.setattr(admission, "pick_and_lock", spy)
+    ids = _add(CAP + 2)
+    now = T0 + timedelta(seconds=1)
+    [first] = _claim("w", now)
+    stripe = LimitHold.objects.get(run_id=first.pk).stripe
+    assert sent == [] and limits._expected["w"][2] == {("wide", ""): stripe}
+    [second] = _claim("w", now)  # its stripe's one slot is taken: the whole limit admits it elsewhere
+    assert sent == [{("wide", ""): stripe}]
+    assert LimitHold.objects.get(run_id=second.pk).stripe != stripe
+    taken = _claim("w", now, limit=4)  # 6 of 8 held: more than half full
+    assert len(taken) == 4
+    assert limits._expected["w"][2] == {("wide", ""): None}
+    sent.clear()
+    rest = _claim("w", now, limit=4)
+    assert sent == [{("wide", ""): None}]
+    assert len(rest) == 2 and _live(now) == CAP
+    assert _states(ids)[RunState.BLOCKED] == 2
