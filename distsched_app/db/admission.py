@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -104,6 +104,30 @@ class Locked:
     by_stripe: dict[int, int] | None = None  # a striped lock's: live holds per stripe (exact for those locked)
 
 
+@contextmanager
+def _begun_in_pipeline(conn: Any) -> Iterator[bool]:
+    """Whether the pipeline starts the transaction itself: its first statement a ``BEGIN``.
+
+    Inside ``transaction.atomic()`` psycopg starts the transaction on the first statement by
+    sending ``BEGIN`` and waiting for it (a round trip of its own, even in pipeline mode). When
+    nothing was sent yet in this transaction (the connection idle, not in autocommit), the
+    pipeline sends the ``BEGIN`` itself, psycopg told meanwhile not to (its ``_autocommit``
+    flag, restored at once; a psycopg without that attribute keeps its own way). The server
+    then runs the pipeline's statements in the transaction that ``BEGIN`` opened, which stays
+    open after the pipeline's sync, as psycopg's own would: the claim's later statements and
+    its COMMIT go on in it."""
+    from psycopg.pq import TransactionStatus
+
+    if getattr(conn, "_autocommit", None) is not False or conn.pgconn.transaction_status != TransactionStatus.IDLE:
+        yield False
+        return
+    conn._autocommit = True
+    try:
+        yield True
+    finally:
+        conn._autocommit = False
+
+
 def lock_and_count(
     limit: str,
     key: str,
@@ -146,6 +170,7 @@ def pick_and_lock(
     conn = connection.connection
     rows: list[tuple] = []
     with connection.wrap_database_errors, ExitStack() as stack:
+        begin = stack.enter_context(_begun_in_pipeline(conn))
         picker = stack.enter_context(psycopg.Cursor(conn))
         lockers = [stack.enter_context(psycopg.Cursor(conn)) for _ in pairs]
         counters = [stack.enter_context(psycopg.Cursor(conn)) for _ in pairs]
@@ -154,6 +179,8 @@ def pick_and_lock(
         waits = any(pair not in stripes or stripes[pair] is None for pair in pairs)
         try:
             with psycopg.Cursor(conn) as control, conn.pipeline():  # sent together, read at its end
+                if begin:
+                    control.execute("BEGIN")
                 if pick is not None:
                     picker.execute(*pick)
                 if waits:
