@@ -174,3 +174,45 @@ def test_candidates_picked_with_a_lock_not_granted_in_time_are_kept_and_the_lock
     finally:
         other.rollback()
         other.close()
+
+
+def test_the_first_pipeline_of_a_transaction_opens_it_and_its_locks_last_until_the_end():
+    """A claim's first statements are its pipeline, which sends the ``BEGIN`` itself (no round
+    trip of psycopg's own): the transaction it opens must stay open after the pipeline's sync,
+    holding what it locked (a candidate run, a stripe) until the claim ends, and psycopg must
+    be left managing the transaction as before."""
+    if not is_postgres():
+        pytest.skip("PostgreSQL's pipeline")
+    import psycopg
+    from psycopg.pq import TransactionStatus
+
+    run = enqueue(Job(task_name="tests.echo", kwargs={}), now=T0).run
+    params = connection.get_connection_params()
+    other = psycopg.connect(
+        autocommit=True, **{k: params[k] for k in ("dbname", "user", "password", "host", "port") if params.get(k)}
+    )
+    lock_key = admission.stripe_lock_key("wide", "")
+    runs = Run._meta.db_table
+    try:
+        with transaction.atomic():
+            conn = connection.connection
+            assert conn.pgconn.transaction_status == TransactionStatus.IDLE  # nothing sent yet
+            statement = claims.waiting_statement(queues=None, excluded=[], now=T0.replace(second=5), limit=5)
+            rows, locked = admission.pick_and_lock(
+                statement, [("wide", "")], T0, timeout_ms=50, stripes={("wide", ""): 3}
+            )
+            assert [r[0] for r in rows] == [run.pk] and locked is not None
+            assert locked[("wide", "")].stripe == 3
+            assert conn.pgconn.transaction_status == TransactionStatus.INTRANS
+            assert conn.autocommit is False
+            held = other.execute("SELECT pg_try_advisory_xact_lock(%s, 3)", [lock_key]).fetchone()[0]
+            assert held is False  # the stripe is still this transaction's
+            skipped = other.execute(f"SELECT id FROM {runs} WHERE id = %s FOR UPDATE SKIP LOCKED", [run.pk])
+            assert skipped.fetchall() == []  # and so is the candidate
+            with connection.cursor() as cursor:  # later statements run in the same transaction
+                cursor.execute("SELECT now() < statement_timestamp()")  # began before this statement
+                assert cursor.fetchone() == (True,)
+        assert other.execute("SELECT pg_try_advisory_lock(%s, 3)", [lock_key]).fetchone()[0] is True
+        other.execute("SELECT pg_advisory_unlock(%s, 3)", [lock_key])
+    finally:
+        other.close()
