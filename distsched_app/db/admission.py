@@ -104,6 +104,15 @@ class Locked:
     by_stripe: dict[int, int] | None = None  # a striped lock's: live holds per stripe (exact for those locked)
 
 
+def begins_transaction() -> bool:
+    """Whether ``pick_and_lock`` would open the transaction itself (see ``_begun_in_pipeline``)."""
+    from psycopg.pq import TransactionStatus
+
+    connection.ensure_connection()
+    conn = connection.connection
+    return getattr(conn, "_autocommit", None) is False and conn.pgconn.transaction_status == TransactionStatus.IDLE
+
+
 @contextmanager
 def _begun_in_pipeline(conn: Any) -> Iterator[bool]:
     """Whether the pipeline starts the transaction itself: its first statement a ``BEGIN``.
@@ -116,9 +125,7 @@ def _begun_in_pipeline(conn: Any) -> Iterator[bool]:
     then runs the pipeline's statements in the transaction that ``BEGIN`` opened, which stays
     open after the pipeline's sync, as psycopg's own would: the claim's later statements and
     its COMMIT go on in it."""
-    from psycopg.pq import TransactionStatus
-
-    if getattr(conn, "_autocommit", None) is not False or conn.pgconn.transaction_status != TransactionStatus.IDLE:
+    if not begins_transaction():
         yield False
         return
     conn._autocommit = True
