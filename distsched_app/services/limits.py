@@ -164,8 +164,9 @@ def _claim_lock_timeout(on: bool) -> None:
 
 # Per worker: the partitions of unpartitioned limits its last claim admitted into (in the order it
 # locked them), with the declared limits they were read under. On PostgreSQL its next claim locks and counts them in the
-# round trip that reads its candidates (``Gate.pick``): a worker draining limited runs claims them
-# in three round trips (BEGIN, that one, and the writes with COMMIT), not five. A claim that
+# round trip that reads its candidates (``Gate.pick``), which also carries the BEGIN: a worker
+# draining limited runs claims them in two round trips (that one, and the writes with COMMIT), not
+# five. A claim that
 # admits into none clears it, so a worker whose limited runs are gone stops locking.
 # A striped partition's entry says how: the stripe to try first (the one it held), or None for the
 # row and every stripe (its last claim found the limit more than half full).
