@@ -1,7 +1,9 @@
 """Shared plumbing for the benchmark scripts (not a test helper).
 
 Every script owns a scratch database: a temporary SQLite file or a
-``distsched_bench_<name>`` PostgreSQL database that is dropped at exit. The
+``distsched_bench_<name>`` PostgreSQL database that is dropped at exit (``BENCH_SCRATCH_NAME`` in
+the environment names that database and the scratch folder ``/tmp/bench-<it>`` instead: two
+checkouts' runs of one script then never share them). The
 environment (``DATABASE_URL``, ``DJANGO_SETTINGS_MODULE=tests.settings``,
 ``DJANGO_DEBUG=0``) is set before ``django.setup()`` and handed unchanged to
 the worker and ticker processes, which are real ``manage.py`` commands.
@@ -73,16 +75,13 @@ def scratch_database(name: str, args: argparse.Namespace, settings: str = "tests
     """Create the scratch database, configure Django (``settings``) for it, migrate; drop it at exit.
     The checkout is byte-compiled first (``compile_checkout``)."""
     compile_checkout()
+    folder = scratch_dir(name)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    dbname = os.environ.get("BENCH_SCRATCH_NAME") or f"distsched_bench_{name}"
     if args.db == "sqlite":
-        folder = Path(f"/tmp/bench-{name}")
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
         url = f"sqlite:///{folder / 'bench.sqlite3'}"
     else:
-        folder = Path(f"/tmp/bench-{name}")
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        dbname = f"distsched_bench_{name}"
         _pg_admin(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
         _pg_admin(f'CREATE DATABASE "{dbname}"')
         url = f"{PG_ADMIN_URL.replace('postgresql://', 'postgres://')}/{dbname}"
@@ -108,7 +107,7 @@ def scratch_database(name: str, args: argparse.Namespace, settings: str = "tests
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
             if args.db == "postgres":
-                _pg_admin(f'DROP DATABASE IF EXISTS "distsched_bench_{name}" WITH (FORCE)')
+                _pg_admin(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
         else:
             print(f"kept scratch database: {url}")
 
@@ -145,7 +144,8 @@ def existing_database(url: str, args: argparse.Namespace, settings: str = "tests
 
 
 def scratch_dir(name: str) -> Path:
-    return Path(f"/tmp/bench-{name}")
+    """The script's scratch folder: ``/tmp/bench-<name>``, or ``BENCH_SCRATCH_NAME``'s (module docstring)."""
+    return Path(f"/tmp/bench-{os.environ.get('BENCH_SCRATCH_NAME') or name}")
 
 
 def _pg_admin(sql: str) -> None:

@@ -77,6 +77,9 @@ class LimitHold(models.Model):
     # Admitted while the limit was more than half full (or under a total or a rate): its release
     # takes the partition's lock even when no blocked run is visible yet (``limits.release``).
     tight = models.BooleanField(default=True)
+    # Which of the partition's stripes admitted it (PostgreSQL, a large unpartitioned concurrency
+    # cap split over lock stripes, ``services.limits``); 0 everywhere else.
+    stripe = models.PositiveSmallIntegerField(default=0, db_default=0)
 
     class Meta:
         default_permissions = ("view",)

@@ -14,6 +14,15 @@ the transaction the lock came free from (a count inside the locking statement wo
 statement's snapshot predates the wait). If the lock is not granted in time the rest of the
 pipeline is skipped and the savepoint rolled back: the claim goes on without the partition.
 
+**Stripes.** A large concurrency cap of an unpartitioned limit (``services.limits``) is split
+over ``STRIPES`` transaction-level advisory locks, each admitting up to its share of the cap
+(the hold records its stripe). A claim tries them from its preferred one and takes the first
+free one without waiting (``pg_try_advisory_xact_lock``): claims of several workers then admit
+side by side instead of queueing on the partition's row. The count that follows is per stripe.
+Anything that must see the whole limit (blocking a run, a cap too small to split) locks the row
+and then every stripe, waiting; so a stripe's count is exact under its lock, and the whole
+limit's under all of them.
+
 ``pick_and_lock`` puts the claim's read of its candidates (``FOR UPDATE SKIP LOCKED``, before
 the savepoint) at the head of the same pipeline, with the partitions the worker's previous claim
 admitted into: a worker draining limited runs locks its partition without a round trip of its own.
@@ -22,8 +31,9 @@ admitted into: a worker draining limited runs locks its partition without a roun
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from contextlib import ExitStack
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -36,18 +46,44 @@ from . import holds
 from .claims import _columns, _instance, _q
 
 SAVEPOINT = "distsched_admission"
+STRIPES = 8  # lock stripes of a striped partition (its holds' ``stripe`` is 0 .. STRIPES - 1)
 
 
-@cache
-def _lock_sql(overrides: bool) -> str:
-    limits, partitions = _q(Limit._meta.db_table), _q(LimitPartition._meta.db_table)
-    columns = ", ".join(f"p.{_q(f.column)}" for f in _columns(LimitPartition))
-    read = (
+def stripe_lock_key(limit: str, key: str) -> int:
+    """The first key of a partition's stripes' advisory locks (the stripe is the second): a
+    signed 32-bit hash of its names. Two partitions sharing it only wait for each other."""
+    value = zlib.crc32(f"distsched.limit\0{limit}\0{key}".encode())
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def _overrides_sql(overrides: bool) -> str:
+    limits = _q(Limit._meta.db_table)
+    return (
         f"(SELECT json_object_agg(l.name, l.override) FROM {limits} AS l "  # noqa: S608 - table names
         "WHERE l.override IS NOT NULL AND (l.override_until IS NULL OR l.override_until > %s))"
         if overrides
         else "NULL"
     )
+
+
+@cache
+def _try_stripe_sql(overrides: bool) -> str:
+    """One free stripe locked, tried from the preferred one on (no waiting): its number, NULL when
+    every stripe is taken. The locking function runs row by row until one is granted."""
+    return (
+        f"SELECT {_overrides_sql(overrides)}, (SELECT t.s FROM (SELECT mod(%s::int + g, {STRIPES}) AS s "  # noqa: S608
+        f"FROM generate_series(0, {STRIPES - 1}) AS g) AS t WHERE pg_try_advisory_xact_lock(%s::int, t.s) LIMIT 1)"
+    )
+
+
+ALL_STRIPES_SQL = f"SELECT count(pg_advisory_xact_lock(%s::int, g)) FROM generate_series(0, {STRIPES - 1}) AS g"  # noqa: S608
+
+
+@cache
+def _lock_sql(overrides: bool) -> str:
+    partitions = _q(LimitPartition._meta.db_table)
+    columns = ", ".join(f"p.{_q(f.column)}" for f in _columns(LimitPartition))
+    read = _overrides_sql(overrides)
     return (
         f"SELECT {read}, {columns} FROM (SELECT 1) AS one LEFT JOIN LATERAL "  # noqa: S608 - table names
         f'(SELECT * FROM {partitions} WHERE "limit" = %s AND "key" = %s FOR UPDATE) AS p ON true'
@@ -64,13 +100,58 @@ class Locked:
     partition: LimitPartition | None  # locked until COMMIT; None: no such row yet
     holders: int  # the partition's live holds, counted after the lock was granted
     overrides: dict[str, dict[str, Any]] | None  # {limit: numbers} in force, when asked for
+    stripe: int | None = None  # a striped lock's: the one stripe locked (None: all, or none free)
+    by_stripe: dict[int, int] | None = None  # a striped lock's: live holds per stripe (exact for those locked)
 
 
-def lock_and_count(limit: str, key: str, now: datetime, *, timeout_ms: int, overrides: bool = False) -> Locked | None:
+def begins_transaction() -> bool:
+    """Whether ``pick_and_lock`` would open the transaction itself (see ``_begun_in_pipeline``)."""
+    from psycopg.pq import TransactionStatus
+
+    connection.ensure_connection()
+    conn = connection.connection
+    return getattr(conn, "_autocommit", None) is False and conn.pgconn.transaction_status == TransactionStatus.IDLE
+
+
+@contextmanager
+def _begun_in_pipeline(conn: Any) -> Iterator[bool]:
+    """Whether the pipeline starts the transaction itself: its first statement a ``BEGIN``.
+
+    Inside ``transaction.atomic()`` psycopg starts the transaction on the first statement by
+    sending ``BEGIN`` and waiting for it (a round trip of its own, even in pipeline mode). When
+    nothing was sent yet in this transaction (the connection idle, not in autocommit), the
+    pipeline sends the ``BEGIN`` itself, psycopg told meanwhile not to (its ``_autocommit``
+    flag, restored at once; a psycopg without that attribute keeps its own way). The server
+    then runs the pipeline's statements in the transaction that ``BEGIN`` opened, which stays
+    open after the pipeline's sync, as psycopg's own would: the claim's later statements and
+    its COMMIT go on in it."""
+    if not begins_transaction():
+        yield False
+        return
+    conn._autocommit = True
+    try:
+        yield True
+    finally:
+        conn._autocommit = False
+
+
+def lock_and_count(
+    limit: str,
+    key: str,
+    now: datetime,
+    *,
+    timeout_ms: int,
+    overrides: bool = False,
+    stripes: bool = False,
+    prefer: int | None = None,
+) -> Locked | None:
     """Lock the partition's row (waiting at most ``timeout_ms``) and count its live holds, one
     round trip; with ``overrides``, also read the overrides in force at ``now`` (as
-    ``limits.active_overrides``). None when the lock was not granted in time."""
-    _, locked = pick_and_lock(None, [(limit, key)], now, timeout_ms=timeout_ms, overrides=overrides)
+    ``limits.active_overrides``). None when the lock was not granted in time. ``stripes``: a
+    striped partition; with ``prefer``, one free stripe is tried from that one (no row lock, no
+    wait: ``stripe`` None if none was free), else the row and every stripe are locked."""
+    striped = {(limit, key): prefer} if stripes else {}
+    _, locked = pick_and_lock(None, [(limit, key)], now, timeout_ms=timeout_ms, overrides=overrides, stripes=striped)
     return None if locked is None else locked[(limit, key)]
 
 
@@ -81,6 +162,7 @@ def pick_and_lock(
     *,
     timeout_ms: int,
     overrides: bool = False,
+    stripes: Mapping[tuple[str, str], int | None] = {},
 ) -> tuple[list[tuple], dict[tuple[str, str], Locked] | None]:
     """``pick`` (a statement and its parameters: the claim's candidates, locked ``SKIP LOCKED``),
     then each of ``pairs`` (limit, partition key) locked and counted as ``lock_and_count`` does,
@@ -95,20 +177,37 @@ def pick_and_lock(
     conn = connection.connection
     rows: list[tuple] = []
     with connection.wrap_database_errors, ExitStack() as stack:
+        begin = stack.enter_context(_begun_in_pipeline(conn))
         picker = stack.enter_context(psycopg.Cursor(conn))
         lockers = [stack.enter_context(psycopg.Cursor(conn)) for _ in pairs]
         counters = [stack.enter_context(psycopg.Cursor(conn)) for _ in pairs]
+        stripers = [stack.enter_context(psycopg.Cursor(conn)) for _ in pairs]
+        # Only stripes tried (never waited for): no savepoint and no timeout to set around them.
+        waits = any(pair not in stripes or stripes[pair] is None for pair in pairs)
         try:
             with psycopg.Cursor(conn) as control, conn.pipeline():  # sent together, read at its end
+                if begin:
+                    control.execute("BEGIN")
                 if pick is not None:
                     picker.execute(*pick)
-                if pairs:
+                if waits:
                     control.execute(f"SAVEPOINT {SAVEPOINT}")
                     control.execute(f"SET LOCAL lock_timeout = '{int(timeout_ms)}ms'")
-                    for i, (limit, key) in enumerate(pairs):
-                        first = overrides and i == 0
-                        lockers[i].execute(_lock_sql(first), ([now] if first else []) + [limit, key])
+                for i, (limit, key) in enumerate(pairs):
+                    first = overrides and i == 0
+                    at = [now] if first else []
+                    if (limit, key) not in stripes:
+                        lockers[i].execute(_lock_sql(first), [*at, limit, key])
                         counters[i].execute(holds.live_sql(by_key=True), [limit, now, key])
+                        continue
+                    prefer, lock_key = stripes[(limit, key)], stripe_lock_key(limit, key)
+                    if prefer is None:
+                        lockers[i].execute(_lock_sql(first), [*at, limit, key])
+                        stripers[i].execute(ALL_STRIPES_SQL, [lock_key])
+                    else:
+                        lockers[i].execute(_try_stripe_sql(first), [*at, prefer % STRIPES, lock_key])
+                    counters[i].execute(holds.live_by_stripe_sql(), [limit, now, key])
+                if waits:
                     control.execute("SET LOCAL lock_timeout TO DEFAULT")
                     control.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
         except psycopg.errors.LockNotAvailable:
@@ -120,15 +219,24 @@ def pick_and_lock(
             rows = picker.fetchall()
         locked: dict[tuple[str, str], Locked] = {}
         for i, pair in enumerate(pairs):
-            one, total = lockers[i].fetchone(), counters[i].fetchone()
-            assert one is not None and total is not None  # noqa: S101 - each statement returns one row
+            one = lockers[i].fetchone()
+            assert one is not None  # noqa: S101 - the locking statement returns one row
             values, *row = one
-            [n] = total
+            stripe, by_stripe = None, None
+            if pair in stripes:
+                by_stripe = {int(s): int(n) for s, n in counters[i].fetchall()}
+                n = sum(by_stripe.values())
+                if stripes[pair] is not None:  # one stripe tried: no row locked
+                    stripe, row = (None if row[0] is None else int(row[0])), [None]
+            else:
+                total = counters[i].fetchone()
+                assert total is not None  # noqa: S101 - a count returns one row
+                [n] = total
             read: dict[str, dict[str, Any]] | None = None
             if overrides and i == 0:
                 if isinstance(values, str):
                     values = json.loads(values)
                 read = {name: numbers for name, numbers in (values or {}).items() if numbers}
             partition = _instance(LimitPartition, row) if row[0] is not None else None
-            locked[pair] = Locked(partition, int(n), read)
+            locked[pair] = Locked(partition, int(n), read, stripe, by_stripe)
     return rows, locked

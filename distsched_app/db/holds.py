@@ -116,6 +116,13 @@ def live_sql(*, by_key: bool = False, by_worker: bool = False) -> str:
     return sql
 
 
+@cache
+def live_by_stripe_sql() -> str:
+    """The live holds of a limit's partition (``%s`` limit, ``%s`` time, ``%s`` key) counted per
+    stripe: ``(stripe, count)`` rows, a stripe with none left out."""
+    return live_sql(by_key=True).replace("SELECT count(*)", "SELECT h.stripe, count(*)", 1) + " GROUP BY h.stripe"
+
+
 def count_live(limit: str, now: datetime, *, key: str | None = None, worker_id: str | None = None) -> int:
     """Holds of the limit (of one partition, of one worker's runs) that count: their run still
     leased or running at the admitted attempt, with a live lease. A statement written once per

@@ -13,6 +13,17 @@ applies them, in the claim's transaction and the transactions that end a holder.
   lock, from the runs themselves: the ``LimitHold`` rows of runs still leased or running at
   the admitted attempt with a live lease. A dead worker's slot frees when its lease expires;
   nothing else expires and nothing is a counter.
+- **Stripes** (PostgreSQL): a large concurrency cap of an unpartitioned limit (``striped``: at
+  least ``STRIPE_MIN_SHARE`` slots per stripe, no total, rate, per-worker cap or fairness) is
+  split over ``db.admission.STRIPES`` lock stripes, stripe i owning ``stripe_share(cap, i)``
+  slots (the shares sum to the cap). A claim locks one free stripe (without waiting) instead of
+  the partition's row and admits while that stripe's holds are below its share, every stripe
+  being within its own (after a lowered cap, the stripes still over theirs send everybody to
+  the whole-limit path until they drain). Each hold records its stripe, so every stripe stays
+  within its share and the limit within the sum: several workers admit side by side. A run the
+  stripe cannot take (its share used up), and anything that blocks a run, takes the partition's
+  row and then every stripe (waiting, bounded), counts the whole limit exactly and decides as
+  an unstriped limit does, putting the hold in a stripe with room.
 - A run a concurrency (or ``total``, or a paused limit) holds back becomes ``blocked``: not
   claimable, so claims never walk past it again; a rate-throttled run stays waiting with its
   ``available_at`` moved to when its rate next admits (so an idle worker sleeps until then).
@@ -29,6 +40,7 @@ applies them, in the claim's transaction and the transactions that end a holder.
 from __future__ import annotations
 
 import logging
+import zlib
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -152,10 +164,15 @@ def _claim_lock_timeout(on: bool) -> None:
 
 # Per worker: the partitions of unpartitioned limits its last claim admitted into (in the order it
 # locked them), with the declared limits they were read under. On PostgreSQL its next claim locks and counts them in the
-# round trip that reads its candidates (``Gate.pick``): a worker draining limited runs claims them
-# in three round trips (BEGIN, that one, and the writes with COMMIT), not five. A claim that
+# round trip that reads its candidates (``Gate.pick``), which also carries the BEGIN: a worker
+# draining limited runs claims them in two round trips (that one, and the writes with COMMIT), not
+# five. A claim that
 # admits into none clears it, so a worker whose limited runs are gone stops locking.
-_expected: dict[str, tuple[dict[str, rules.LimitSpec], tuple[tuple[str, str], ...]]] = {}
+# A striped partition's entry says how: the stripe to try first (the one it held), or None for the
+# row and every stripe (its last claim found the limit more than half full).
+_expected: dict[
+    str, tuple[dict[str, rules.LimitSpec], tuple[tuple[str, str], ...], dict[tuple[str, str], int | None]]
+] = {}
 MAX_EXPECTED_WORKERS = 64  # workers of one process remembered (tests make many)
 
 
@@ -170,6 +187,54 @@ class _Partition:
     dirty: bool = False
 
 
+# A concurrency cap is split over lock stripes only when each stripe gets at least this many slots.
+STRIPE_MIN_SHARE = 64
+
+
+def striped(spec: rules.LimitSpec) -> bool:
+    """Whether the limit's partition is striped where rows are locked (see the module docstring):
+    decided from the declaration alone, so every claim of one deploy agrees."""
+    n = spec.numbers
+    return (
+        not spec.partition_by
+        and not spec.fair
+        and n.concurrency is not None
+        and n.concurrency >= admission.STRIPES * STRIPE_MIN_SHARE
+        and n.total is None
+        and n.rate is None
+        and n.local is None
+    )
+
+
+def _splittable(numbers: rules.Numbers) -> bool:
+    """Whether these numbers (an override's, perhaps) let a claim admit under one stripe's lock."""
+    return (
+        numbers.concurrency is not None
+        and numbers.concurrency >= admission.STRIPES * STRIPE_MIN_SHARE
+        and numbers.total is None
+        and numbers.rate is None
+        and numbers.local is None
+        and not numbers.paused
+    )
+
+
+def stripe_share(cap: int, stripe: int) -> int:
+    """Stripe ``stripe``'s slots of a striped cap: the shares of all stripes sum to ``cap``."""
+    return cap // admission.STRIPES + (1 if stripe < cap % admission.STRIPES else 0)
+
+
+@dataclass
+class _Stripes:
+    """A striped partition as this claim holds it: one stripe (``one``), or the row and every
+    stripe (``one`` None). ``counts``: live holds per stripe, counted after the lock, plus this
+    claim's admissions (``mine``); exact for the stripes held."""
+
+    one: int | None
+    counts: Counter[int]
+    mine: Counter[int]
+    cap: int | None = None  # the whole-limit path's cap, read by ``finish``
+
+
 @dataclass
 class _Hold:
     """A ``LimitHold`` row this claim writes (a plain object: a model instance per admitted run
@@ -181,6 +246,7 @@ class _Hold:
     attempt: int
     worker_id: str
     tight: bool = True
+    stripe: int = 0
 
 
 class Gate:
@@ -211,6 +277,8 @@ class Gate:
         self._bounded = False  # the claim's lock_timeout is set (PostgreSQL)
         self._throttled: Counter[tuple[str, str]] = Counter()
         self._picked = False  # ``pick`` sent its pipeline
+        self._stripes: dict[tuple[str, str], _Stripes] = {}
+        self._tried: set[tuple[str, str]] = set()  # striped partitions a free stripe was looked for
         # Statements left for the claim to write (the holds' INSERT), set by ``finish``.
         self.writes: list[bulk.Statement] = []
 
@@ -222,33 +290,148 @@ class Gate:
         statements in the same order as a lock taken when a candidate needs it (the count still
         starts after the lock was granted). None where there is nothing to expect: the caller
         reads the candidates itself. A lock not granted in time keeps none of them: they are
-        then locked when a candidate needs them, as without an expectation."""
+        then locked when a candidate needs them, as without an expectation. With nothing to
+        expect, a read that opens the claim's transaction still goes through the pipeline, which
+        sends the ``BEGIN`` with it (``db.admission``): one round trip fewer."""
         expected = _expected.get(self.worker_id)
-        if (
-            self._picked
-            or expected is None
-            or expected[0] is not rules.declared()
-            or not expected[1]
-            or self._partitions
-            or not admission.locks_rows()
-        ):
+        if self._picked or self._partitions or not admission.locks_rows():
             return None
         self._picked = True  # once per claim: a lock not granted in time is not waited for again here
-        pairs = expected[1]
+        if expected is None or expected[0] is not rules.declared() or not expected[1]:
+            if not admission.begins_transaction():
+                return None
+            return admission.pick_and_lock(statement, [], self.now, timeout_ms=CLAIM_LOCK_TIMEOUT_MS)[0]
+        pairs, stripes = expected[1], expected[2]
         rows, locked = admission.pick_and_lock(
-            statement, pairs, self.now, timeout_ms=CLAIM_LOCK_TIMEOUT_MS, overrides=self._overrides is None
+            statement,
+            pairs,
+            self.now,
+            timeout_ms=CLAIM_LOCK_TIMEOUT_MS,
+            overrides=self._overrides is None,
+            stripes=stripes,
         )
         for pair, got in (locked or {}).items():
             if got.overrides is not None:
                 self._overrides = got.overrides
-            if got.partition is not None:  # gone since (pruned): created when a candidate needs it
+            if pair in stripes:
+                self._took_stripes(pair, got, fast=stripes[pair] is not None)
+            elif got.partition is not None:  # gone since (pruned): created when a candidate needs it
                 self._partitions[pair] = _Partition(got.partition, got.holders)
         return rows
+
+    def _prefer(self, pair: tuple[str, str]) -> int:
+        """The stripe a claim tries first: the one this worker's last claim held, else one by its id."""
+        expected = _expected.get(self.worker_id)
+        prefer = expected[2].get(pair) if expected is not None else None
+        return prefer if prefer is not None else zlib.crc32(self.worker_id.encode()) % admission.STRIPES
+
+    def _took_stripes(self, pair: tuple[str, str], got: admission.Locked, *, fast: bool) -> bool:
+        """Record a striped lock granted: one stripe (``fast``; False when none was free), or the row
+        and every stripe (False when the row is not there yet: created when a candidate needs it)."""
+        if fast:
+            self._tried.add(pair)
+            if got.stripe is None:
+                return False
+            self._stripes[pair] = _Stripes(got.stripe, Counter(got.by_stripe), Counter())
+            return True
+        if got.partition is None:
+            return False
+        mine = self._stripes[pair].mine if pair in self._stripes else Counter()
+        self._stripes[pair] = _Stripes(None, Counter(got.by_stripe) + mine, Counter(mine))
+        self._partitions[pair] = _Partition(got.partition, got.holders, admitted=sum(mine.values()))
+        return True
+
+    def _one_stripe(self, limit: str, key: str, numbers: rules.Numbers) -> _Stripes | None:
+        """The stripe of a striped partition this claim admits into under that stripe's lock alone:
+        locked (one free stripe, no waiting) on first need; None when the numbers are not split,
+        no stripe was free, the claim holds the whole limit already, a stripe is over its share
+        (a lowered cap), or this one's share is used up: then the whole limit decides."""
+        pair = (limit, key)
+        if not _splittable(numbers):
+            return None
+        if pair not in self._stripes and pair not in self._tried:
+            read = self._overrides is None
+            got = admission.lock_and_count(
+                limit,
+                key,
+                self.now,
+                timeout_ms=CLAIM_LOCK_TIMEOUT_MS,
+                overrides=read,
+                stripes=True,
+                prefer=self._prefer(pair),
+            )
+            if got is not None:
+                if got.overrides is not None:
+                    self._overrides = got.overrides
+                self._took_stripes(pair, got, fast=True)
+            self._tried.add(pair)
+        held = self._stripes.get(pair)
+        if held is None or held.one is None:
+            return None
+        cap = numbers.concurrency
+        assert cap is not None  # noqa: S101 - _splittable
+        if any(held.counts[i] > stripe_share(cap, i) for i in held.counts):
+            return None
+        return held if held.counts[held.one] < stripe_share(cap, held.one) else None
+
+    def _whole(self, limit: str, key: str) -> bool:
+        """A striped partition's row and every stripe locked (waiting, bounded), its holds counted
+        per stripe under them; False if not granted in time."""
+        pair = (limit, key)
+        if pair in self._stripes and self._stripes[pair].one is None:
+            return True
+        got = admission.lock_and_count(
+            limit, key, self.now, timeout_ms=CLAIM_LOCK_TIMEOUT_MS, overrides=self._overrides is None, stripes=True
+        )
+        if got is None:
+            return False
+        if got.overrides is not None:
+            self._overrides = got.overrides
+        if got.partition is None:  # first use: the row created and locked (the stripes are held already)
+            self._bound_waits()
+            row = _bounded(lambda: _lock_partition(limit, key))
+            if row is None:
+                return False
+            got = admission.Locked(row, got.holders, got.overrides, None, got.by_stripe)
+        return self._took_stripes(pair, got, fast=False)
+
+    def _whole_stripe(self, pair: tuple[str, str], numbers: rules.Numbers) -> int:
+        """The stripe a run admitted by the whole-limit path holds: one with room under a split cap
+        (there is one while the limit is below its cap), else the first."""
+        held = self._stripes[pair]
+        held.cap = numbers.concurrency if _splittable(numbers) else None
+        if held.cap is None:
+            return 0
+        start = self._prefer(pair)
+        for step in range(admission.STRIPES):
+            i = (start + step) % admission.STRIPES
+            if held.counts[i] < stripe_share(held.cap, i):
+                return i
+        return start
 
     def overrides(self) -> dict[str, dict[str, Any]]:
         if self._overrides is None:
             self._overrides = active_overrides(self.now)
         return self._overrides
+
+    def _first_stripe(self, limit: str, key: str) -> None:
+        """Where rows are locked: the claim's first partition, striped: one free stripe tried and
+        counted by the round trip that also reads the overrides in force."""
+        pair = (limit, key)
+        got = admission.lock_and_count(
+            limit,
+            key,
+            self.now,
+            timeout_ms=CLAIM_LOCK_TIMEOUT_MS,
+            overrides=True,
+            stripes=True,
+            prefer=self._prefer(pair),
+        )
+        if got is not None and got.overrides is not None:
+            self._overrides = got.overrides
+        if got is not None:
+            self._took_stripes(pair, got, fast=True)
+        self._tried.add(pair)
 
     def _first_lock(self, limit: str, key: str) -> None:
         """Where rows are locked (PostgreSQL): the claim's first partition, locked and counted by
@@ -337,12 +520,28 @@ class Gate:
         if not pairs:
             return Verdict.ADMIT
         extra = len(self.limited) >= self.slots  # it would wait prefetched
-        taken: list[tuple[rules.LimitSpec, str, _Partition, rules.Numbers]] = []
+        taken: list[tuple[rules.LimitSpec, str, _Partition, rules.Numbers, int]] = []
+        one_stripe: list[tuple[rules.LimitSpec, str, _Stripes]] = []
         roomy = True  # every limit of the run at most half full with it (no rate, no local cap)
         for spec, key in pairs:
+            split = admission.locks_rows() and striped(spec)
             if self._overrides is None and admission.locks_rows():
-                self._first_lock(spec.name, key)
+                (self._first_stripe if split else self._first_lock)(spec.name, key)
             numbers = spec.numbers_for(key, self.overrides().get(spec.name))
+            if split:
+                held = self._one_stripe(spec.name, key, numbers)
+                if held is not None:  # admitted under its stripe's lock alone
+                    assert held.one is not None and numbers.concurrency is not None  # noqa: S101
+                    # Whether it may wait prefetched, and its hold is roomy: the whole limit at most half
+                    # full, as far as this claim sees (its own stripe has room for it: checked above).
+                    room = _room_to_prefetch(numbers, sum(held.counts.values()), 0)
+                    if extra and not room:
+                        return Verdict.LATER
+                    roomy = roomy and room
+                    one_stripe.append((spec, key, held))
+                    continue
+                if not self._whole(spec.name, key):
+                    return Verdict.LATER
             total_used = self._total(spec.name) if numbers.total is not None else 0  # an override may set one
             stateful = numbers.rate is not None or spec.fair
             partition = self._partition(spec.name, key, stateful=stateful) if total_used is not None else None
@@ -369,8 +568,26 @@ class Gate:
                 numbers.rate, numbers.burst, partition.row.tat, self.now
             ):
                 return self._throttle(run, spec, key, numbers, partition.row)
-            taken.append((spec, key, partition, numbers))
-        for spec, key, partition, numbers in taken:
+            taken.append((spec, key, partition, numbers, self._whole_stripe((spec.name, key), numbers) if split else 0))
+        count = len(taken) + len(one_stripe)
+        for spec, key, held in one_stripe:
+            assert held.one is not None  # noqa: S101
+            held.counts[held.one] += 1
+            held.mine[held.one] += 1
+            self._holds.append(
+                _Hold(
+                    run_id=run.pk,
+                    limit=spec.name,
+                    key=key,
+                    attempt=run.attempts + 1,
+                    worker_id=self.worker_id,
+                    stripe=held.one,
+                )
+            )
+        for spec, key, partition, numbers, stripe in taken:
+            if (spec.name, key) in self._stripes:
+                self._stripes[(spec.name, key)].counts[stripe] += 1
+                self._stripes[(spec.name, key)].mine[stripe] += 1
             partition.admitted += 1
             # The row's state is read by rates (tat) and fairness (last admission) only.
             partition.dirty = partition.row.pk is not None and (numbers.rate is not None or spec.fair)
@@ -381,14 +598,21 @@ class Gate:
                 self._totals[spec.name] = (self._totals[spec.name] or 0) + 1
             self._local[spec.name] += 1
             self._holds.append(
-                _Hold(run_id=run.pk, limit=spec.name, key=key, attempt=run.attempts + 1, worker_id=self.worker_id)
+                _Hold(
+                    run_id=run.pk,
+                    limit=spec.name,
+                    key=key,
+                    attempt=run.attempts + 1,
+                    worker_id=self.worker_id,
+                    stripe=stripe,
+                )
             )
         if run.attempts:
             self._again.append(run.pk)  # a retry or a re-run: its earlier attempt's holds are replaced
         self.limited.append(run.pk)
         if not roomy:
             self.tight.add(run.pk)
-        for hold in self._holds[-len(taken) :]:
+        for hold in self._holds[-count:]:
             hold.tight = not roomy
         return Verdict.ADMIT
 
@@ -416,12 +640,22 @@ class Gate:
             # Unpartitioned limits only: every run under one shares its partition, while the next
             # claim's runs under a partitioned limit are as likely in other partitions (locking
             # those would hold up the claims that need them, for nothing).
-            used = tuple(
+            used = [
                 (limit, key)
                 for (limit, key), p in self._partitions.items()
-                if p is not None and p.admitted and limit in declared and not declared[limit].partition_by
-            )
-            _expected[self.worker_id] = (declared, used)
+                if p is not None
+                and p.admitted
+                and limit in declared
+                and not declared[limit].partition_by
+                and (limit, key) not in self._stripes
+            ]
+            # A striped one: its stripe tried first next time, or the whole limit while more than half full.
+            how: dict[tuple[str, str], int | None] = {}
+            for pair, held in self._stripes.items():
+                if pair[0] in declared and held.mine:
+                    hot = held.one is None and (held.cap is None or 2 * sum(held.counts.values()) > held.cap)
+                    how[pair] = None if hot else (held.one if held.one is not None else self._prefer(pair))
+            _expected[self.worker_id] = (declared, tuple(sorted([*used, *how])), how)
         if self._again:
             LimitHold.objects.filter(run_id__in=self._again).delete()
         if self._holds:  # one INSERT written by db.bulk (bulk_create cost more than the statement)
@@ -434,6 +668,7 @@ class Gate:
                     "attempt": [h.attempt for h in self._holds],
                     "worker_id": [h.worker_id for h in self._holds],
                     "tight": [h.tight for h in self._holds],
+                    "stripe": [h.stripe for h in self._holds],
                 },
             )
 

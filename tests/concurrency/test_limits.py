@@ -25,6 +25,7 @@ import json
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -202,6 +203,39 @@ def test_a_global_concurrency_limit_holds_across_four_workers_with_two_threads_e
     assert peak == 2, "the limit never had both slots in use"
     assert RunEvent.objects.filter(run_id__in=ids, event_type=EventType.BLOCKED).exists(), "the limit never bound"
     assert Execution.objects.filter(run_id__in=ids).count() == len(ids)  # each ran once
+
+
+def test_four_workers_admit_under_a_large_limit_side_by_side_through_its_lock_stripes(workers):
+    """A limit of 512 on the task (striped on PostgreSQL: 8 stripes of 64 slots): four workers drain
+    its runs, each admitting under a stripe of its own instead of queueing on one row. Sampled
+    while they run, the holds show several stripes in use, none over its share; every run runs
+    once. (Racing claims at a cap they reach: ``tests/db/test_limit_stripes.py``.)"""
+    from distsched_app.db import admission
+    from distsched_app.models import LimitHold
+
+    group = workers({"wide": {"task": "tests.record", "concurrency": 512}})
+    ids = add("tests.record", 60, sleep=0.05)
+    group.start(4, "--concurrency=2")
+    seen: set[tuple[str, int]] = set()
+    most = 0
+    try:
+        deadline = time.monotonic() + BOOT
+        while succeeded(ids) < len(ids) and time.monotonic() < deadline:
+            holds = list(LimitHold.objects.values_list("worker_id", "stripe"))
+            seen.update(holds)
+            most = max([most, *Counter(stripe for _, stripe in holds).values()])
+            time.sleep(0.02)
+        wait_succeeded(ids, group, timeout=BOOT)
+    finally:
+        group.stop()
+    stripes = {stripe for _, stripe in seen}
+    report(f"limit 512, 4 workers: stripes seen {sorted(stripes)}, most holds in one stripe {most}")
+    assert Execution.objects.filter(run_id__in=ids).count() == len(ids)  # each ran once
+    assert most <= 512 // admission.STRIPES
+    if connection.vendor == "postgresql":
+        assert len(stripes) >= 2, seen  # workers admitted under different stripes
+    else:
+        assert stripes <= {0}  # SQLite's claim holds the write lock: nothing is striped
 
 
 def test_a_per_key_limit_never_overlaps_one_key_but_overlaps_different_keys(workers):

@@ -65,7 +65,7 @@ def test_a_claim_whose_lock_came_free_meanwhile_counts_the_hold_committed_before
     picks: list[object] = []
     real_pick = admission.pick_and_lock
     monkeypatch.setattr(
-        admission, "pick_and_lock", lambda pick, *a, **k: picks.append(pick) or real_pick(pick, *a, **k)
+        admission, "pick_and_lock", lambda pick, *a, **k: picks.append(pick and a[0]) or real_pick(pick, *a, **k)
     )
     first = enqueue(Job(task_name="tests.echo", kwargs={}), now=T0).run
     second = enqueue(Job(task_name="tests.echo", kwargs={}), now=T0).run
@@ -109,7 +109,7 @@ def test_a_claim_whose_lock_came_free_meanwhile_counts_the_hold_committed_before
     assert Run.objects.get(pk=first.pk).state == RunState.BLOCKED, states
     assert Run.objects.filter(pk__in=[first.pk, second.pk], state=RunState.RUNNING).count() == 1, states
     # A's candidate and its lock went in one pipeline exactly when A expected the partition.
-    assert any(p is not None for p in picks) is expected
+    assert any(picks) is expected
 
 
 def test_a_claim_locks_with_its_candidates_the_partitions_its_previous_claim_admitted_into(settings, monkeypatch):
@@ -121,7 +121,7 @@ def test_a_claim_locks_with_its_candidates_the_partitions_its_previous_claim_adm
     picks: list[object] = []
     real_pick = admission.pick_and_lock
     monkeypatch.setattr(
-        admission, "pick_and_lock", lambda pick, *a, **k: picks.append(pick) or real_pick(pick, *a, **k)
+        admission, "pick_and_lock", lambda pick, *a, **k: picks.append(pick and a[0]) or real_pick(pick, *a, **k)
     )
 
     def claim_one(task: str) -> tuple[int, bool]:
@@ -129,7 +129,7 @@ def test_a_claim_locks_with_its_candidates_the_partitions_its_previous_claim_adm
         picks.clear()
         [claimed] = _claim("w-expect", T0.replace(second=5))
         assert claimed.pk == run.pk
-        return claimed.pk, any(p is not None for p in picks)
+        return claimed.pk, any(picks)
 
     assert claim_one("tests.echo")[1] is False  # nothing expected yet: locked when the candidate needed it
     assert limits._expected["w-expect"][1] == (("five", ""),)
@@ -173,4 +173,46 @@ def test_candidates_picked_with_a_lock_not_granted_in_time_are_kept_and_the_lock
                 assert cursor.fetchone()[0] == "0"
     finally:
         other.rollback()
+        other.close()
+
+
+def test_the_first_pipeline_of_a_transaction_opens_it_and_its_locks_last_until_the_end():
+    """A claim's first statements are its pipeline, which sends the ``BEGIN`` itself (no round
+    trip of psycopg's own): the transaction it opens must stay open after the pipeline's sync,
+    holding what it locked (a candidate run, a stripe) until the claim ends, and psycopg must
+    be left managing the transaction as before."""
+    if not is_postgres():
+        pytest.skip("PostgreSQL's pipeline")
+    import psycopg
+    from psycopg.pq import TransactionStatus
+
+    run = enqueue(Job(task_name="tests.echo", kwargs={}), now=T0).run
+    params = connection.get_connection_params()
+    other = psycopg.connect(
+        autocommit=True, **{k: params[k] for k in ("dbname", "user", "password", "host", "port") if params.get(k)}
+    )
+    lock_key = admission.stripe_lock_key("wide", "")
+    runs = Run._meta.db_table
+    try:
+        with transaction.atomic():
+            conn = connection.connection
+            assert conn.pgconn.transaction_status == TransactionStatus.IDLE  # nothing sent yet
+            statement = claims.waiting_statement(queues=None, excluded=[], now=T0.replace(second=5), limit=5)
+            rows, locked = admission.pick_and_lock(
+                statement, [("wide", "")], T0, timeout_ms=50, stripes={("wide", ""): 3}
+            )
+            assert [r[0] for r in rows] == [run.pk] and locked is not None
+            assert locked[("wide", "")].stripe == 3
+            assert conn.pgconn.transaction_status == TransactionStatus.INTRANS
+            assert conn.autocommit is False
+            held = other.execute("SELECT pg_try_advisory_xact_lock(%s, 3)", [lock_key]).fetchone()[0]
+            assert held is False  # the stripe is still this transaction's
+            skipped = other.execute(f"SELECT id FROM {runs} WHERE id = %s FOR UPDATE SKIP LOCKED", [run.pk])
+            assert skipped.fetchall() == []  # and so is the candidate
+            with connection.cursor() as cursor:  # later statements run in the same transaction
+                cursor.execute("SELECT now() < statement_timestamp()")  # began before this statement
+                assert cursor.fetchone() == (True,)
+        assert other.execute("SELECT pg_try_advisory_lock(%s, 3)", [lock_key]).fetchone()[0] is True
+        other.execute("SELECT pg_advisory_unlock(%s, 3)", [lock_key])
+    finally:
         other.close()
