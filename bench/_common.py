@@ -1,7 +1,8 @@
 """Shared plumbing for the benchmark scripts (not a test helper).
 
 Every script owns a scratch database: a temporary SQLite file or a
-``distsched_bench_<name>`` PostgreSQL database that is dropped at exit. The
+``distsched_bench_<name>`` PostgreSQL database (``$BENCH_PG_DB_PREFIX`` replaces the prefix)
+that is dropped at exit. The
 environment (``DATABASE_URL``, ``DJANGO_SETTINGS_MODULE=tests.settings``,
 ``DJANGO_DEBUG=0``) is set before ``django.setup()`` and handed unchanged to
 the worker and ticker processes, which are real ``manage.py`` commands.
@@ -28,6 +29,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PG_ADMIN_URL = os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432")
+# The scratch PostgreSQL database is ``<prefix><script>``: a second checkout (a before/after
+# comparison) or another user of the server picks its own prefix.
+PG_DB_PREFIX = os.environ.get("BENCH_PG_DB_PREFIX", "distsched_bench_")
 TASK = "tests.noop"
 
 if str(ROOT) not in sys.path:
@@ -82,7 +86,7 @@ def scratch_database(name: str, args: argparse.Namespace, settings: str = "tests
         folder = Path(f"/tmp/bench-{name}")
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        dbname = f"distsched_bench_{name}"
+        dbname = f"{PG_DB_PREFIX}{name}"
         _pg_admin(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
         _pg_admin(f'CREATE DATABASE "{dbname}"')
         url = f"{PG_ADMIN_URL.replace('postgresql://', 'postgres://')}/{dbname}"
@@ -108,7 +112,7 @@ def scratch_database(name: str, args: argparse.Namespace, settings: str = "tests
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
             if args.db == "postgres":
-                _pg_admin(f'DROP DATABASE IF EXISTS "distsched_bench_{name}" WITH (FORCE)')
+                _pg_admin(f'DROP DATABASE IF EXISTS "{PG_DB_PREFIX}{name}" WITH (FORCE)')
         else:
             print(f"kept scratch database: {url}")
 
