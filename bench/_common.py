@@ -2,8 +2,9 @@
 
 Every script owns a scratch database: a temporary SQLite file or a
 ``distsched_bench_<name>`` PostgreSQL database that is dropped at exit (``BENCH_SCRATCH_NAME`` in
-the environment names that database and the scratch folder ``/tmp/bench-<it>`` instead: two
-checkouts' runs of one script then never share them). The
+the environment names that database and the scratch folder ``/tmp/bench-<it>`` instead, and
+``$BENCH_PG_DB_PREFIX`` replaces the database name's prefix: two checkouts' runs of one script
+then never share them). The
 environment (``DATABASE_URL``, ``DJANGO_SETTINGS_MODULE=tests.settings``,
 ``DJANGO_DEBUG=0``) is set before ``django.setup()`` and handed unchanged to
 the worker and ticker processes, which are real ``manage.py`` commands.
@@ -30,6 +31,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PG_ADMIN_URL = os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432")
+# The scratch PostgreSQL database is ``<prefix><script>``: a second checkout (a before/after
+# comparison) or another user of the server picks its own prefix.
+PG_DB_PREFIX = os.environ.get("BENCH_PG_DB_PREFIX", "distsched_bench_")
 TASK = "tests.noop"
 
 if str(ROOT) not in sys.path:
@@ -78,7 +82,7 @@ def scratch_database(name: str, args: argparse.Namespace, settings: str = "tests
     folder = scratch_dir(name)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    dbname = os.environ.get("BENCH_SCRATCH_NAME") or f"distsched_bench_{name}"
+    dbname = os.environ.get("BENCH_SCRATCH_NAME") or f"{PG_DB_PREFIX}{name}"
     if args.db == "sqlite":
         url = f"sqlite:///{folder / 'bench.sqlite3'}"
     else:

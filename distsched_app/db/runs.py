@@ -4,8 +4,12 @@ Each new run gets its ``created`` event and an idempotency key that names its
 own id (``enqueued:<id>``, ``manual:<id>``), written in as few statements as
 each vendor allows, inside the caller's transaction:
 
-- PostgreSQL: one statement. ``nextval`` gives the id before the INSERT, and
-  a data-modifying CTE inserts the run and its event together.
+- PostgreSQL: one statement. An enqueue calls ``distsched_enqueue_run`` (a PL/pgSQL
+  function, migration 0024): ``nextval`` gives the id before the INSERT, then it inserts
+  the run and its event and notifies the run's queue. Its INSERTs are planned once per
+  connection, where a statement sent as text is parsed and planned on every call (about a
+  quarter of an enqueue's time). A trigger is one statement too: ``nextval`` and a
+  data-modifying CTE insert the run and its event together.
 - SQLite: two statements (it has no data-modifying CTEs), under the write
   lock that ``BEGIN IMMEDIATE`` took: the id is the next one the table would
   give (``AUTOINCREMENT`` never reuses ids), and the event follows.
@@ -34,6 +38,8 @@ from . import notify
 from .bulk import server_side_execute
 from .notify import CHANNEL
 
+# PostgreSQL's enqueue (migration 0024): one run and its event, its id back (NULL: the unique key is taken).
+ENQUEUE_FUNCTION = "distsched_enqueue_run"
 # The partial unique index of active runs with a key (per task), as ON CONFLICT must name it.
 _ACTIVE_KEY = "(state IN ('pending', 'leased', 'running', 'retrying', 'blocked') AND NOT (unique_key = ''))"
 
@@ -96,22 +102,18 @@ _ENQUEUE_COLUMNS = (
 )
 
 
+# PostgreSQL: the function's arguments, in its order; it writes the run and its event, takes the
+# unique key's ON CONFLICT path when there is one, and notifies the channel it is given (NULL: none).
+_ENQUEUE_CALL = (
+    f"SELECT {ENQUEUE_FUNCTION}(%s, %s::jsonb, %s::jsonb, %s, %s, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s, %s, %s)"
+)
+
+
 @cache
-def _enqueue_sql(vendor: str, unique: bool, wake: bool) -> tuple[str, str]:
-    """The statement(s) of one enqueue, built once per vendor (the hot path of a web request).
-    ``wake``: PostgreSQL also notifies the run's queue (``db.notify``), in the same statement."""
+def _sqlite_enqueue_sql(unique: bool) -> tuple[str, str]:
+    """SQLite's two statements of one enqueue, built once (the hot path of a web request)."""
     runs, events = _tables()
     conflict = f" ON CONFLICT (task_name, unique_key) WHERE {_ACTIVE_KEY} DO NOTHING" if unique else ""
-    if vendor == "postgresql":
-        notify_sql = f", pg_notify('{CHANNEL}', queue)" if wake else ""
-        return (
-            f"WITH s AS (SELECT nextval(pg_get_serial_sequence(%s, 'id')) AS id), "  # noqa: S608
-            f"r AS (INSERT INTO {runs} ({_ENQUEUE_COLUMNS}) SELECT s.id, %s, %s::jsonb, %s::jsonb, %s, %s, %s, 0, "
-            f"%s, '', '', %s, %s, %s || s.id, false, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s FROM s{conflict} "
-            "RETURNING id, queue), "
-            f"e AS ({_event_sql('r')}) SELECT id{notify_sql} FROM r",
-            "",
-        )
     return (
         f"INSERT INTO {runs} ({_ENQUEUE_COLUMNS}) SELECT n.id, %s, %s, %s, %s, %s, %s, 0, %s, '', '', %s, %s, "  # noqa: S608
         f"%s || n.id, 0, %s, %s, %s, %s, %s, %s, %s FROM ({_next_id_sql()}) AS n WHERE true{conflict} RETURNING id",
@@ -123,25 +125,23 @@ def _enqueue_sql(vendor: str, unique: bool, wake: bool) -> tuple[str, str]:
 def insert_enqueued(new: NewRun, *, now: datetime, message: str) -> int | None:
     """Insert one enqueued run with its ``created`` event; its id, or None if its unique key
     belongs to an active run already."""
-    key = f"{Origin.ENQUEUED.value}:"
     at, slot = _adapt(now), _adapt(new.scheduled_for)
-    wake = notify.enabled() and new.scheduled_for <= now  # a deferred run is found by the workers' timers
-    run_sql, event_sql = _enqueue_sql(connection.vendor, bool(new.unique_key), wake)
     if connection.vendor == "postgresql":
+        wake = notify.enabled() and new.scheduled_for <= now  # a deferred run is found by the workers' timers
         params = [
-            Run._meta.db_table, new.task_name, new.args_json, new.kwargs_json, RunState.PENDING.value, slot, slot,
-            new.max_attempts, new.queue, Origin.ENQUEUED.value, key, at, at, new.priority, _json(new.retry_policy),
-            new.unique_key, _json(new.trace_context), new.backend, message, at,
+            new.task_name, new.args_json, new.kwargs_json, slot, new.max_attempts, new.queue, at, new.priority,
+            _json(new.retry_policy), new.unique_key, _json(new.trace_context), new.backend, message,
+            CHANNEL if wake else None,
         ]  # fmt: skip
-        rows = execute(run_sql, params)
-        return rows[0][0] if rows else None
+        return execute(_ENQUEUE_CALL, params)[0][0]
+    run_sql, event_sql = _sqlite_enqueue_sql(bool(new.unique_key))
     # Outside a transaction, BEGIN IMMEDIATE: the write lock makes the next id ours. Inside the
     # caller's (already IMMEDIATE) one, no savepoint: two plain statements.
     with nullcontext() if connection.in_atomic_block else transaction.atomic():
         params = [
             new.task_name, new.args_json, new.kwargs_json, RunState.PENDING.value, slot, slot, new.max_attempts,
-            new.queue, Origin.ENQUEUED.value, key, at, at, new.priority, _json(new.retry_policy), new.unique_key,
-            _json(new.trace_context), new.backend,
+            new.queue, Origin.ENQUEUED.value, f"{Origin.ENQUEUED.value}:", at, at, new.priority,
+            _json(new.retry_policy), new.unique_key, _json(new.trace_context), new.backend,
         ]  # fmt: skip
         with connection.cursor() as cursor:
             cursor.execute(run_sql, params)

@@ -3,6 +3,8 @@ enqueued run's own retry policy under the names callers give it."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from distsched_app.backoff import RetryPolicy
@@ -22,6 +24,22 @@ def test_the_created_event_says_who_enqueued(clock):
         EventType.CREATED,
         "enqueued by ann via the API",
     )
+
+
+@pytest.mark.parametrize("key", ["", "k"])
+def test_the_stored_run_is_the_run_the_service_returns_column_for_column(clock, key):
+    """PostgreSQL's enqueue function (migration 0024) and SQLite's INSERTs name their columns
+    themselves: every column they write, or leave to its default, is what the model says."""
+    job = enqueue.Job(
+        task_name="tests.noop", args=[1, "two"], kwargs={"k": [3]}, queue="fast", priority=7,
+        run_after=clock.now() + timedelta(minutes=5), unique_key=key, backend="default",
+    )  # fmt: skip
+    policy = RetryPolicy(max_attempts=4, base=2.0, cap=30.0, jitter=0.5)
+    returned = enqueue.enqueue(job, now=clock.now(), policy=policy).run
+    stored = Run.objects.get()
+    columns = [f.attname for f in Run._meta.concrete_fields]
+    assert {c: getattr(stored, c) for c in columns} == {c: getattr(returned, c) for c in columns}
+    assert (stored.idempotency_key, stored.unique_key, stored.priority) == (f"enqueued:{stored.pk}", key, 7)
 
 
 def test_the_default_message_is_unchanged(clock):
