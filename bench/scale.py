@@ -1090,6 +1090,10 @@ def explain_hot_queries(args) -> list[dict[str, str]]:
         ("GET /api/stats as served", lambda: _get(client, "/api/stats/")),
         ("admin run changelist sorted by started as served", lambda: _get(client, "/admin/distsched_app/run/?o=-10")),
         (
+            "admin run changelist dead, sorted by started as served",
+            lambda: _get(client, "/admin/distsched_app/run/?state=dead&o=-10"),
+        ),
+        (
             "GET /api/runs?kwargs__account_id=42 as served",
             lambda: _get(client, "/api/runs/?kwargs__account_id=42"),
         ),
