@@ -136,6 +136,9 @@ def main() -> int:
         help="Last: run `distsched prune --older-than AGE` (e.g. 25d) while a claim loop measures p99, and "
         "compare with the same loop without prune. Deletes history from the database!",
     )
+    p.add_argument(
+        "--prune-batch-size", type=int, help="With --prune-older-than: the prune's --batch-size (default: its own)."
+    )
     p.add_argument("--no-endpoints", action="store_true")
     p.add_argument("--with-leader", action="store_true", help="Run a `tick --loop` leader while measuring.")
     p.add_argument("--claims-child", action="store_true", help=argparse.SUPPRESS)
@@ -780,7 +783,10 @@ def prune_under_claims(args) -> dict[str, Any]:
     log = c.scratch_dir(NAME) / "prune.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    proc = c.spawn(["distsched", "prune", "--older-than", args.prune_older_than], log)
+    command = ["distsched", "prune", "--older-than", args.prune_older_than]
+    if args.prune_batch_size:
+        command += ["--batch-size", str(args.prune_batch_size)]
+    proc = c.spawn(command, log)
     during = []
     while proc.poll() is None:
         during.append(_child(os.environ["DATABASE_URL"], args.claims or 5000))
@@ -790,6 +796,7 @@ def prune_under_claims(args) -> dict[str, Any]:
     p99_during = c.median([d["claim_p99_ms"] for d in during]) if during else None
     out = {
         "older_than": args.prune_older_than,
+        "batch_size": args.prune_batch_size,
         "runs_deleted": runs_before - runs_after,
         "events_deleted": events_before - events_after,
         "seconds": elapsed,
