@@ -129,7 +129,9 @@ def _environment(url: str, args: argparse.Namespace, settings: str) -> None:
 
 @contextmanager
 def existing_database(url: str, args: argparse.Namespace, settings: str = "tests.settings") -> Iterator[str]:
-    """Configure Django for a database that outlives the run (``--database-url``): migrate it, never drop it."""
+    """Configure Django for a database that outlives the run (``--database-url``): created if it does not
+    exist yet, migrated, never dropped."""
+    ensure_database(url)
     compile_checkout()
     _environment(url, args, settings)
     import django
@@ -145,6 +147,30 @@ def existing_database(url: str, args: argparse.Namespace, settings: str = "tests
         from django.db import connections
 
         connections.close_all()
+
+
+def ensure_database(url: str) -> None:
+    """Create the PostgreSQL database ``url`` names if the server has none by that name; any other
+    connection failure ends the benchmark with one line (not a traceback)."""
+    import psycopg
+    from psycopg import sql
+
+    if not url.startswith(("postgres://", "postgresql://")):
+        raise SystemExit(f"--database-url: a PostgreSQL URL is expected, not {url!r}")
+    try:
+        psycopg.connect(url, connect_timeout=10).close()
+        return
+    except psycopg.OperationalError as exc:
+        if "does not exist" not in str(exc):
+            raise SystemExit(f"cannot connect to {url}: {str(exc).strip().splitlines()[-1]}") from None
+    server, _, name = url.rpartition("/")
+    name = name.split("?", 1)[0]
+    try:
+        with psycopg.connect(f"{server}/postgres", autocommit=True, connect_timeout=10) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.Error as exc:
+        raise SystemExit(f"cannot create database {name!r} on {server}: {str(exc).strip().splitlines()[-1]}") from None
+    print(f"created database {name} (it did not exist)")
 
 
 def scratch_dir(name: str) -> Path:

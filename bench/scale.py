@@ -104,6 +104,20 @@ def main() -> int:
         "a database that already holds runs is measured as it is (build 10M runs once, measure many times).",
     )
     p.add_argument("--reuse", action="store_true", help="With --database-url: do not load if runs are there.")
+    p.add_argument(
+        "--refresh-busy-hour",
+        action="store_true",
+        help="With --reuse: move the history's newest hour (the --busy-hour runs of the load, and their events) "
+        "forward so that it ends a minute ago, then VACUUM ANALYZE: a database loaded hours ago still has a busy "
+        "last hour. Nothing moves when it already ends within 5 minutes of now.",
+    )
+    p.add_argument(
+        "--finish-backlog-older-than",
+        metavar="DAYS",
+        type=float,
+        help="With --reuse: mark the loaded history's pending, retrying and running runs older than DAYS days "
+        "succeeded (the load's mix leaves 5%% of 30 days unfinished), then VACUUM ANALYZE.",
+    )
     p.add_argument("--load-only", action="store_true", help="Load (or reuse) and stop: no measurement.")
     p.add_argument(
         "--empty-url",
@@ -122,9 +136,20 @@ def main() -> int:
         help="Last: run `distsched prune --older-than AGE` (e.g. 25d) while a claim loop measures p99, and "
         "compare with the same loop without prune. Deletes history from the database!",
     )
+    p.add_argument(
+        "--prune-batch-size", type=int, help="With --prune-older-than: the prune's --batch-size (default: its own)."
+    )
     p.add_argument("--no-endpoints", action="store_true")
     p.add_argument("--with-leader", action="store_true", help="Run a `tick --loop` leader while measuring.")
     p.add_argument("--claims-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--profile-tick",
+        action="store_true",
+        help="With --claims N (and --empty-url): where the tick of N due schedules spends its time, here and on "
+        "the empty database: each statement timed, and EXPLAIN (ANALYZE, BUFFERS) of its inserts (run once in a "
+        "savepoint, rolled back, before the real statement).",
+    )
+    p.add_argument("--profile-tick-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--schedules", type=int, default=1000)
     p.add_argument("--requests", type=int, default=30, help="Timed requests per endpoint.")
     p.add_argument("--no-explain", action="store_true")
@@ -145,8 +170,16 @@ def main() -> int:
         if args.claims_child:
             print("RESULT " + json.dumps(claims_and_tick(args.claims)))
             return 0
+        if args.profile_tick_child:
+            print("RESULT " + json.dumps(profile_tick(args.claims)))
+            return 0
         if args.reuse and Run.objects.exists():
-            load = {"reused": True, "runs": c.states()}
+            load = {"reused": True}
+            if args.finish_backlog_older_than is not None:
+                load["finished_backlog"] = finish_backlog(args.finish_backlog_older_than)
+            if args.refresh_busy_hour:
+                load["busy_hour_refresh"] = refresh_busy_hour()
+            load["runs"] = c.states()
             args.runs = sum(load["runs"].values())
             c.header(f"scale: reusing {args.runs:,} runs", args)
         else:
@@ -157,7 +190,9 @@ def main() -> int:
         if args.kwargs_index:
             add_kwargs_index()
         results: dict[str, Any] = {"load": load, "sizes": sizes()}
-        if args.claims:
+        if args.claims and args.profile_tick:
+            results["tick_profile"] = compare_tick_profiles(args)
+        elif args.claims:
             results["claims"] = compare_claims(args)
         leader = _start_leader() if args.with_leader else None
         results["endpoints"] = [] if args.no_endpoints else measure_endpoints(args)
@@ -173,10 +208,102 @@ def main() -> int:
 
 
 def _database(args):
-    """A scratch database, or the one ``--database-url`` names (migrated, kept)."""
+    """A scratch database, or the one ``--database-url`` names (created if missing, migrated, kept)."""
     if not args.database_url:
         return c.scratch_database(NAME, args)
+    args.db = "postgres"  # the results file's name
     return c.existing_database(args.database_url, args)
+
+
+# -- keeping a kept database honest --------------------------------------------
+
+
+def refresh_busy_hour() -> dict[str, Any]:
+    """Shift the newest hour of history (runs finished within the hour before the newest finish,
+    and their events) by the time since, so that it ends a minute ago again (PostgreSQL)."""
+    from django.db import connection
+
+    start = time.perf_counter()
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT max(finished_at) FROM distsched_app_run WHERE finished_at IS NOT NULL AND queue <> %s",
+            [CLAIM_QUEUE],
+        )
+        (last,) = cur.fetchone()
+        if last is None:
+            return {"moved_runs": 0}
+        shift = c.now() - timedelta(minutes=1) - last
+        if shift < timedelta(minutes=5):
+            print(f"busy hour: it ends {shift + timedelta(minutes=1)} ago; not moved")
+            return {"moved_runs": 0, "ends_ago_s": (shift + timedelta(minutes=1)).total_seconds()}
+        cur.execute(
+            """
+            WITH moved AS (
+                UPDATE distsched_app_run SET scheduled_for = scheduled_for + %(shift)s,
+                    available_at = available_at + %(shift)s, started_at = started_at + %(shift)s,
+                    finished_at = finished_at + %(shift)s, created_at = created_at + %(shift)s,
+                    updated_at = updated_at + %(shift)s
+                WHERE finished_at > %(last)s::timestamptz - interval '1 hour' AND queue <> %(queue)s
+                RETURNING id)
+            SELECT count(*), min(id), max(id) FROM moved
+            """,
+            {"shift": shift, "last": last, "queue": CLAIM_QUEUE},
+        )
+        runs, low, high = cur.fetchone()
+        cur.execute(
+            """
+            UPDATE distsched_app_runevent e SET created_at = e.created_at + %(shift)s
+            FROM distsched_app_run r
+            WHERE e.run_id = r.id AND r.id BETWEEN %(low)s AND %(high)s
+              AND r.finished_at > %(last)s::timestamptz - interval '1 hour' + %(shift)s
+            """,
+            {"shift": shift, "low": low, "high": high, "last": last},
+        )
+        events = cur.rowcount
+    moved = time.perf_counter() - start
+    vacuum = _vacuum_analyze()
+    print(
+        f"busy hour moved forward by {shift}: {runs:,} runs and {events:,} events in {moved:.1f} s "
+        f"(+ VACUUM ANALYZE {vacuum:.1f} s)"
+    )
+    return {"moved_runs": runs, "moved_events": events, "shift_s": shift.total_seconds(), "seconds": moved}
+
+
+def finish_backlog(days: float) -> dict[str, Any]:
+    """The loaded history's unfinished runs older than ``days`` days, marked succeeded (PostgreSQL)."""
+    from django.db import connection
+
+    start = time.perf_counter()
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE distsched_app_run SET state = 'succeeded', lease_owner = '', lease_expires_at = NULL,
+                started_at = COALESCE(started_at, scheduled_for + interval '10 milliseconds'),
+                finished_at = scheduled_for + interval '50 milliseconds', attempts = GREATEST(attempts, 1),
+                last_error = ''
+            WHERE state IN ('pending', 'retrying', 'running') AND scheduled_for < now() - %s * interval '1 day'
+              AND queue <> %s
+            """,
+            [days, CLAIM_QUEUE],
+        )
+        runs = cur.rowcount
+    seconds = time.perf_counter() - start
+    vacuum = _vacuum_analyze()
+    print(
+        f"backlog older than {days:g} days finished: {runs:,} runs in {seconds:.1f} s",
+        f"(+ VACUUM ANALYZE {vacuum:.1f} s)",
+    )
+    return {"runs": runs, "seconds": seconds, "vacuum_s": vacuum}
+
+
+def _vacuum_analyze() -> float:
+    from django.db import connection
+
+    start = time.perf_counter()
+    with connection.cursor() as cur:  # autocommit outside atomic(): VACUUM may run
+        cur.execute("VACUUM (ANALYZE) distsched_app_run")
+        cur.execute("VACUUM (ANALYZE) distsched_app_runevent")
+    return time.perf_counter() - start
 
 
 # -- loading -------------------------------------------------------------------
@@ -527,9 +654,99 @@ def _cleanup_claims(prefix: str) -> None:
         Schedule.objects.filter(name__startswith=f"{prefix}-")._raw_delete(Schedule.objects.db)
 
 
-def _child(url: str, count: int) -> dict[str, float]:
-    """``claims_and_tick`` in a fresh process on ``url`` (each database its own Django set-up)."""
-    cmd = [sys.executable, __file__, "--database-url", url, "--reuse", "--runs", "0", "--claims-child"]
+def profile_tick(count: int, *, prefix: str = "bench-due") -> dict[str, Any]:
+    """The tick of ``count`` due once-schedules with each statement timed; each INSERT is first run
+    as ``EXPLAIN (ANALYZE, BUFFERS)`` in a savepoint that is rolled back (so the real statement runs
+    warm: its time is the lower bound, the plan's the cold one)."""
+    from django.db import connection
+
+    from distsched_app.db import bulk
+    from distsched_app.services.tick import tick
+
+    base = c.now() - timedelta(seconds=5)
+
+    def make(i: int) -> dict[str, Any]:
+        slot = base + timedelta(microseconds=i)
+        return {"run_at": slot, "next_run_at": slot, "created_at": base, "updated_at": base, "queue": CLAIM_QUEUE}
+
+    statements: list[dict[str, Any]] = []
+
+    def explain_first(sql: str, params: Any, server_side: bool) -> str | None:
+        if not sql.lstrip().upper().startswith(("INSERT", "WITH")):
+            return None
+        import psycopg
+
+        raw = connection.connection
+        with psycopg.Cursor(raw) if server_side else raw.cursor() as cur:
+            cur.execute("SAVEPOINT profile")
+            cur.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the deferred foreign-key checks, in the plan
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, params)
+            explained = "\n".join(row[0] for row in cur.fetchall())
+            cur.execute("ROLLBACK TO SAVEPOINT profile")
+            cur.execute("SET CONSTRAINTS ALL DEFERRED")  # Django's foreign keys: initially deferred
+        return explained
+
+    def record(sql: str, started: float, plan: str | None) -> None:
+        ms = (time.perf_counter() - started) * 1000
+        statements.append({"sql": " ".join(sql.split())[:90], "ms": ms, "plan": plan})
+
+    def timer(execute, sql, params, many, context):
+        plan = None if many else explain_first(sql, params, server_side=False)
+        start = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            record(sql, start, plan)
+
+    original = bulk.server_side_execute
+
+    def server_side(sql: str, params: Any, *, last: bool = False) -> list[tuple]:
+        plan = explain_first(sql, params, server_side=True)
+        start = time.perf_counter()
+        try:
+            return original(sql, params, last=last)
+        finally:
+            record(sql, start, plan)
+
+    _cleanup_claims(prefix)
+    c.bulk_schedules(prefix, count, make, "once")
+    with connection.cursor() as cur:
+        cur.execute("SET track_io_timing = on")  # a session setting: the plans' I/O times
+    start = time.perf_counter()
+    bulk.server_side_execute = server_side
+    try:
+        with connection.execute_wrapper(timer):
+            created = tick(now=c.now())
+    finally:
+        bulk.server_side_execute = original
+    tick_s = time.perf_counter() - start
+    _cleanup_claims(prefix)
+    return {"tick_runs": len(created), "tick_s": tick_s, "statements": statements}
+
+
+def compare_tick_profiles(args) -> dict[str, Any]:
+    """``profile_tick`` here and on --empty-url, alternating, --repeat times; prints the statements side by side."""
+    here = os.environ["DATABASE_URL"]
+    if not args.empty_url:
+        raise SystemExit("--profile-tick needs --empty-url (the empty database to compare with)")
+    rows: dict[str, list[dict[str, Any]]] = {"big": [], "empty": []}
+    for _ in range(args.repeat):
+        rows["big"].append(_child(here, args.claims, flag="--profile-tick-child"))
+        rows["empty"].append(_child(args.empty_url, args.claims, flag="--profile-tick-child"))
+    for key in ("empty", "big"):
+        for i, run in enumerate(rows[key]):
+            head = f"tick profile, {key} database, round {i + 1}"
+            print(f"\n== {head}: {run['tick_s']:.3f} s for {run['tick_runs']:,} runs")
+            for st in run["statements"]:
+                print(f"{st['ms']:9.1f} ms  {st['sql']}")
+                if st["plan"] and i == len(rows[key]) - 1:
+                    print("    " + st["plan"].replace("\n", "\n    "))
+    return rows
+
+
+def _child(url: str, count: int, *, flag: str = "--claims-child") -> dict[str, Any]:
+    """``claims_and_tick`` (or ``flag``'s work) in a fresh process on ``url`` (each database its own Django set-up)."""
+    cmd = [sys.executable, __file__, "--database-url", url, "--reuse", "--runs", "0", flag]
     cmd += ["--claims", str(count)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=dict(os.environ, DATABASE_URL=url))
     line = next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))
@@ -566,7 +783,10 @@ def prune_under_claims(args) -> dict[str, Any]:
     log = c.scratch_dir(NAME) / "prune.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    proc = c.spawn(["distsched", "prune", "--older-than", args.prune_older_than], log)
+    command = ["distsched", "prune", "--older-than", args.prune_older_than]
+    if args.prune_batch_size:
+        command += ["--batch-size", str(args.prune_batch_size)]
+    proc = c.spawn(command, log)
     during = []
     while proc.poll() is None:
         during.append(_child(os.environ["DATABASE_URL"], args.claims or 5000))
@@ -576,6 +796,7 @@ def prune_under_claims(args) -> dict[str, Any]:
     p99_during = c.median([d["claim_p99_ms"] for d in during]) if during else None
     out = {
         "older_than": args.prune_older_than,
+        "batch_size": args.prune_batch_size,
         "runs_deleted": runs_before - runs_after,
         "events_deleted": events_before - events_after,
         "seconds": elapsed,
@@ -875,6 +1096,10 @@ def explain_hot_queries(args) -> list[dict[str, str]]:
         ("admin run changelist (unfiltered) as served", lambda: _get(client, "/admin/distsched_app/run/")),
         ("GET /api/stats as served", lambda: _get(client, "/api/stats/")),
         ("admin run changelist sorted by started as served", lambda: _get(client, "/admin/distsched_app/run/?o=-10")),
+        (
+            "admin run changelist dead, sorted by started as served",
+            lambda: _get(client, "/admin/distsched_app/run/?state=dead&o=-10"),
+        ),
         (
             "GET /api/runs?kwargs__account_id=42 as served",
             lambda: _get(client, "/api/runs/?kwargs__account_id=42"),

@@ -1,7 +1,10 @@
 """The run list's time and error columns: started, duration, start lag, the last error's first line.
 
 Started and scheduled-for sort through their ``(column, id)`` indexes (newest first by default,
-then by id, as the admin adds ``-pk``), so a sorted page of a million runs reads 50 index entries;
+then by id, as the admin adds ``-pk``), so a sorted page of a million runs reads 50 index entries.
+Runs that never started sort after the newest started and before the oldest (``STARTED_ORDER``,
+the order of the index ``distsched_run_started_desc``: SQLite's own, PostgreSQL's when told), so
+newest started first no longer walks past every unstarted run before the first started one;
 duration and start lag are shown, not sorted (an expression has no index). The error column reads
 only the first ``ERROR_HEAD`` characters of ``last_error`` (annotated by ``with_error_head``), never
 the traceback.
@@ -10,7 +13,7 @@ the traceback.
 from __future__ import annotations
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.db.models.functions import Left
 from django.utils.html import format_html
 
@@ -18,6 +21,9 @@ from ..models import Run
 from .display import duration, ts
 
 ERROR_HEAD = 300
+
+# Ascending: unstarted runs first; the admin reverses it for "-" (newest started first, unstarted last).
+STARTED_ORDER = F("started_at").asc(nulls_first=True)
 
 
 def with_error_head(qs: QuerySet) -> QuerySet:
@@ -36,7 +42,7 @@ class RunColumnsMixin:
     def scheduled_col(self, obj: Run) -> str:
         return ts(obj.scheduled_for)
 
-    @admin.display(description="started (UTC)", ordering="started_at")
+    @admin.display(description="started (UTC)", ordering=STARTED_ORDER)
     def started_col(self, obj: Run) -> str:
         return ts(obj.started_at)
 

@@ -11,4 +11,5 @@ Nothing outside this package reads ``connection.vendor`` or ``connection.feature
     retry        the one backoff-and-retry helper for transient database errors
     admission    a claim's partition lock, bounded wait and count after it (and the overrides) in one round trip
     holds        a release's delete of limit holds with its probe of blocked runs (one statement on PostgreSQL)
+    indexes      an index with an explicit NULLs order, spelled for each database
 """

@@ -101,7 +101,7 @@ class Loop:
         restore = signals.install(w) if install_signals else None
         before = w.executed
         if w.with_tick and not burst:
-            self.leadership = Leadership(holder=w.worker_id)
+            self.leadership = Leadership(holder=w.worker_id, figures_clock=w.clock.now)
         try:
             self._retry_db(w.register, attempts=None)
             if not burst:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import timedelta
 
 import pytest
 
 from distsched_app.clock import FakeClock
 from distsched_app.models import Leader, Run, RunState
-from distsched_app.services.leader_chores import REPORT_EVERY_SECONDS, Leadership
+from distsched_app.services import figures
+from distsched_app.services.leader_chores import REPORT_EVERY_SECONDS, FigureRefresher, Leadership
 from tests.conftest import T0
 from tests.services.test_maintenance import make_run
 
@@ -72,3 +74,105 @@ def test_a_deposed_leader_is_fenced_out_steps_down_and_writes_nothing(make_sched
     assert a.elector.term is None
     [reason] = [r.distsched["reason"] for r in caplog.records if r.getMessage() == "stepped down"]
     assert reason.startswith("fenced out")
+
+
+# -- the stored figures' thread (issue 21): a figure takes up to 1.8 s at 11M runs; the tick never waits for it
+
+
+class Beats:
+    """An injected ``figures.refresh``: counts its calls (in any thread) and may block until released."""
+
+    def __init__(self, *, block: bool = False) -> None:
+        self.calls: list[tuple[object, str]] = []
+        self.called = threading.Event()
+        self.release = threading.Event()
+        if not block:
+            self.release.set()
+
+    def __call__(self, now) -> None:
+        self.calls.append((now, threading.current_thread().name))
+        self.called.set()
+        assert self.release.wait(10), "never released"
+
+
+def test_the_figures_thread_refreshes_only_while_its_process_leads():
+    beats = Beats()
+    asked = threading.Semaphore(0)
+    leads = [False]
+
+    def leading() -> bool:
+        asked.release()
+        return leads[0]
+
+    refresher = FigureRefresher(leading=leading, now=lambda: T0, refresh=beats, every=0.001)
+    refresher.start()
+    try:
+        for _ in range(5):  # asked five times, while not leading: no refresh
+            assert asked.acquire(timeout=10)
+        assert beats.calls == []
+        leads[0] = True
+        assert beats.called.wait(10)
+    finally:
+        assert refresher.stop()
+    assert beats.calls[0] == (T0, "distsched-figures")
+
+
+def test_a_failed_refresh_is_logged_and_the_thread_goes_on(caplog):
+    outcomes = iter([RuntimeError("boom")])
+    done = threading.Event()
+
+    def refresh(now) -> None:
+        failure = next(outcomes, None)
+        if failure is not None:
+            raise failure
+        done.set()
+
+    refresher = FigureRefresher(leading=lambda: True, now=lambda: T0, refresh=refresh, every=0.001)
+    with caplog.at_level(logging.WARNING, logger="distsched"):
+        refresher.start()
+        try:
+            assert done.wait(10)  # the beat after the failure
+        finally:
+            assert refresher.stop()
+    [line] = [r.distsched for r in caplog.records if r.getMessage() == "stored figure refresh failed; trying again"]
+    assert line["error"] == "RuntimeError: boom"
+
+
+def test_the_tick_does_not_wait_for_a_figure_being_computed(make_schedule, mono, monkeypatch):
+    """With ``figures_clock`` (``tick --loop``, ``runworker --with-tick``) the turn ticks and returns
+    while a figure is still being computed in the figures' thread; the turn never computes one."""
+
+    def inline_refresh(now) -> None:
+        raise AssertionError("a figure refreshed on the tick's path")
+
+    monkeypatch.setattr(figures, "refresh", inline_refresh)
+    a = Leadership(holder="a", lease_seconds=15, monotonic=mono.read, figures_clock=lambda: T0)
+    assert a.figures is not None
+    slow = Beats(block=True)
+    a.figures.refresh, a.figures.every = slow, 0.001
+    make_schedule("due", interval_seconds=60, start_at=T0 - timedelta(minutes=1))
+    try:
+        assert a.turn(T0) is not None
+        assert slow.called.wait(10)  # the thread is inside a figure now
+        make_schedule("due-too", interval_seconds=60, start_at=T0 - timedelta(minutes=1))
+        created = a.turn(T0)  # ticks although the figure has not finished
+        assert created is not None and [r.schedule_name for r in created] == ["due-too"]
+        assert len(slow.calls) == 1 and not slow.release.is_set()
+    finally:
+        slow.release.set()
+        a.stop()
+    assert a.figures._thread is None  # stopped and joined
+    assert Run.objects.count() == 2
+
+
+def test_a_standby_refreshes_no_figure(mono):
+    """The thread starts at the first turn that leads; a standby's turn starts none, and a thread
+    whose process no longer leads only asks (``test_the_figures_thread_refreshes_only_while_its_process_leads``)."""
+    a = leadership("a", mono)
+    assert a.turn(T0) == []
+    b = Leadership(holder="b", lease_seconds=15, monotonic=mono.read, figures_clock=lambda: T0)
+    assert b.figures is not None
+    assert b.turn(T0) is None
+    assert b.figures._thread is None
+    assert b.figures.leading() is False  # what the thread asks: the elector's answer
+    b.stop()

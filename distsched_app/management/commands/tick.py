@@ -93,7 +93,7 @@ class Command(DistschedCommand):
         started = clock.now()
         total, period = Tally(since=started), Tally(since=started)
         holder = campaigner_id()
-        leadership = Leadership(holder=holder)
+        leadership = Leadership(holder=holder, figures_clock=clock.now)
         logger.info(
             "ticker started",
             extra={

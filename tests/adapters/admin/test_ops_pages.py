@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.urls import reverse
 
 from distsched_app.models import AuditEntry, QueuePause, Run, RunState
@@ -120,6 +121,47 @@ def test_the_run_list_sorts_by_started(staff, clock):
     assert shown == [late.pk, early.pk]
     ascending = [r.pk for r in staff.get(RUNS, {"o": "10"}).context["cl"].result_list]
     assert ascending == [early.pk, late.pk]
+
+
+def test_the_run_list_sorted_by_started_puts_the_unstarted_runs_after_the_newest(staff, clock):
+    """Both databases the same way (SQLite's own order; PostgreSQL's NULLS FIRST for a descending
+    sort used to list every unstarted run before the newest started one)."""
+    now = clock.now()
+    early = finished("default", lag=0, took=1, ended=now - timedelta(hours=2))
+    late = finished("default", lag=0, took=1, ended=now - timedelta(hours=1))
+    waiting = enqueue(Job(task_name="tests.noop"), now=now).run
+    newest_first = [r.pk for r in staff.get(RUNS, {"o": "-10"}).context["cl"].result_list]
+    assert newest_first == [late.pk, early.pk, waiting.pk]
+    oldest_first = [r.pk for r in staff.get(RUNS, {"o": "10"}).context["cl"].result_list]
+    assert oldest_first == [waiting.pk, early.pk, late.pk]
+
+
+def sort_plan(qs) -> str:
+    sql, params = qs.query.sql_with_params()
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")  # a few rows: the planner would read them all
+            cursor.execute("SET LOCAL enable_bitmapscan = off")
+            cursor.execute("SET LOCAL enable_sort = off")  # a plan that needs no sort wins if there is one
+            cursor.execute(f"EXPLAIN {sql}", params)
+        else:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        return "\n".join(str(row) for row in cursor.fetchall())
+
+
+@pytest.mark.parametrize("params", [{"o": "-10"}, {"o": "-10", "state": "dead"}])
+def test_the_run_list_sorted_by_started_reads_its_page_along_the_index(staff, clock, params):
+    """Issue 21: at 11M runs the dead runs newest started first took 0.9-2.8 s on PostgreSQL; the
+    page's query now walks ``distsched_run_started_desc`` in its order and sorts nothing. (SQLite
+    with a state filter and no statistics picks the state's index and sorts: not checked there.)"""
+    if "state" in params and connection.vendor != "postgresql":
+        pytest.skip("SQLite's planner choice for a filtered sort depends on ANALYZE statistics")
+    finished("default", lag=0, took=1, ended=clock.now(), state=RunState.DEAD)
+    enqueue(Job(task_name="tests.noop"), now=clock.now())
+    cl = staff.get(RUNS, params).context["cl"]
+    text = sort_plan(cl.queryset[:100])
+    assert "distsched_run_started_desc" in text
+    assert "Sort" not in text and "TEMP B-TREE" not in text
 
 
 def test_the_run_list_searches_by_kwargs_within_the_default_window(staff, clock):
