@@ -574,16 +574,7 @@ class Gate:
             assert held.one is not None  # noqa: S101
             held.counts[held.one] += 1
             held.mine[held.one] += 1
-            self._holds.append(
-                _Hold(
-                    run_id=run.pk,
-                    limit=spec.name,
-                    key=key,
-                    attempt=run.attempts + 1,
-                    worker_id=self.worker_id,
-                    stripe=held.one,
-                )
-            )
+            self._hold(run, spec.name, key, held.one)
         for spec, key, partition, numbers, stripe in taken:
             if (spec.name, key) in self._stripes:
                 self._stripes[(spec.name, key)].counts[stripe] += 1
@@ -597,16 +588,7 @@ class Gate:
             if numbers.total is not None:
                 self._totals[spec.name] = (self._totals[spec.name] or 0) + 1
             self._local[spec.name] += 1
-            self._holds.append(
-                _Hold(
-                    run_id=run.pk,
-                    limit=spec.name,
-                    key=key,
-                    attempt=run.attempts + 1,
-                    worker_id=self.worker_id,
-                    stripe=stripe,
-                )
-            )
+            self._hold(run, spec.name, key, stripe)
         if run.attempts:
             self._again.append(run.pk)  # a retry or a re-run: its earlier attempt's holds are replaced
         self.limited.append(run.pk)
@@ -615,6 +597,13 @@ class Gate:
         for hold in self._holds[-count:]:
             hold.tight = not roomy
         return Verdict.ADMIT
+
+    def _hold(self, run: Run, limit: str, key: str, stripe: int) -> None:
+        """Record the hold this claim writes for ``run``'s next attempt under ``limit``'s ``key``."""
+        attempt = run.attempts + 1
+        self._holds.append(
+            _Hold(run_id=run.pk, limit=limit, key=key, attempt=attempt, worker_id=self.worker_id, stripe=stripe)
+        )
 
     def finish(self) -> None:
         """Write what this claim's admissions changed: the partitions' rate state and last
