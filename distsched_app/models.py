@@ -358,7 +358,7 @@ class Run(models.Model):
                 name="distsched_run_wf_active",
                 condition=Q(workflow__isnull=False, state__in=["pending", "leased", "running", "retrying", "blocked"]),
             ),
-            # No index on idempotency_key (dropped in 0025): nothing looks a run up by it, and the admin's
+            # No index on idempotency_key (dropped in 0026): nothing looks a run up by it, and the admin's
             # search ORs it with last_error ILIKE, which reads the table anyway. It cost every run an entry.
             # The run list sorted by a time column (admin), and the kwargs search's time bound on scheduled_for.
             models.Index(fields=["scheduled_for", "id"], name="distsched_run_sched_for"),

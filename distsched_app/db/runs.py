@@ -5,7 +5,7 @@ own id (``enqueued:<id>``, ``manual:<id>``), written in as few statements as
 each vendor allows, inside the caller's transaction:
 
 - PostgreSQL: one statement. An enqueue calls ``distsched_enqueue_run`` (a PL/pgSQL
-  function, migration 0024): ``nextval`` gives the id before the INSERT, then it inserts
+  function, migration 0025): ``nextval`` gives the id before the INSERT, then it inserts
   the run and its event and notifies the run's queue. Its INSERTs are planned once per
   connection, where a statement sent as text is parsed and planned on every call (about a
   quarter of an enqueue's time). A trigger is one statement too: ``nextval`` and a
@@ -38,7 +38,7 @@ from . import notify
 from .bulk import server_side_execute
 from .notify import CHANNEL
 
-# PostgreSQL's enqueue (migration 0024): one run and its event, its id back (NULL: the unique key is taken).
+# PostgreSQL's enqueue (migration 0025): one run and its event, its id back (NULL: the unique key is taken).
 ENQUEUE_FUNCTION = "distsched_enqueue_run"
 # The partial unique index of active runs with a key (per task), as ON CONFLICT must name it.
 _ACTIVE_KEY = "(state IN ('pending', 'leased', 'running', 'retrying', 'blocked') AND NOT (unique_key = ''))"

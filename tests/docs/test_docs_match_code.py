@@ -128,7 +128,7 @@ def test_metric_names_in_docs_are_served(client, settings):
                     "distsched_docs",  # docs/_ext/distsched_docs.py
                     "distsched_clock",  # the pytest fixtures (distsched_app.pytest_plugin)
                     "distsched_drain",
-                    "distsched_enqueue_run",  # the PostgreSQL enqueue function (migration 0024)
+                    "distsched_enqueue_run",  # the PostgreSQL enqueue function (migration 0025)
                     "distsched_enqueue_before",  # bench/README's before/after scratch databases
                     "distsched_enqueue_after",
                 )

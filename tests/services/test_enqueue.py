@@ -28,7 +28,7 @@ def test_the_created_event_says_who_enqueued(clock):
 
 @pytest.mark.parametrize("key", ["", "k"])
 def test_the_stored_run_is_the_run_the_service_returns_column_for_column(clock, key):
-    """PostgreSQL's enqueue function (migration 0024) and SQLite's INSERTs name their columns
+    """PostgreSQL's enqueue function (migration 0025) and SQLite's INSERTs name their columns
     themselves: every column they write, or leave to its default, is what the model says."""
     job = enqueue.Job(
         task_name="tests.noop", args=[1, "two"], kwargs={"k": [3]}, queue="fast", priority=7,
