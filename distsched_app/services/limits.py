@@ -194,28 +194,23 @@ STRIPE_MIN_SHARE = 64
 def striped(spec: rules.LimitSpec) -> bool:
     """Whether the limit's partition is striped where rows are locked (see the module docstring):
     decided from the declaration alone, so every claim of one deploy agrees."""
-    n = spec.numbers
-    return (
-        not spec.partition_by
-        and not spec.fair
-        and n.concurrency is not None
-        and n.concurrency >= admission.STRIPES * STRIPE_MIN_SHARE
-        and n.total is None
-        and n.rate is None
-        and n.local is None
-    )
+    return not spec.partition_by and not spec.fair and _concurrency_only(spec.numbers)
 
 
-def _splittable(numbers: rules.Numbers) -> bool:
-    """Whether these numbers (an override's, perhaps) let a claim admit under one stripe's lock."""
+def _concurrency_only(numbers: rules.Numbers) -> bool:
+    """A concurrency cap of at least ``STRIPE_MIN_SHARE`` slots per stripe and nothing else."""
     return (
         numbers.concurrency is not None
         and numbers.concurrency >= admission.STRIPES * STRIPE_MIN_SHARE
         and numbers.total is None
         and numbers.rate is None
         and numbers.local is None
-        and not numbers.paused
     )
+
+
+def _splittable(numbers: rules.Numbers) -> bool:
+    """Whether these numbers (an override's, perhaps) let a claim admit under one stripe's lock."""
+    return _concurrency_only(numbers) and not numbers.paused
 
 
 def stripe_share(cap: int, stripe: int) -> int:
