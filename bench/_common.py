@@ -151,12 +151,18 @@ def existing_database(url: str, args: argparse.Namespace, settings: str = "tests
 
 def ensure_database(url: str) -> None:
     """Create the PostgreSQL database ``url`` names if the server has none by that name; any other
-    connection failure ends the benchmark with one line (not a traceback)."""
+    connection failure ends the benchmark with one line (not a traceback). A ``sqlite:///PATH`` file
+    is created by the migration; only its folder must exist."""
     import psycopg
     from psycopg import sql
 
+    if url.startswith("sqlite:///"):
+        folder = Path(url[len("sqlite:///") :]).parent
+        if not folder.is_dir():
+            raise SystemExit(f"--database-url: the folder {folder} does not exist")
+        return
     if not url.startswith(("postgres://", "postgresql://")):
-        raise SystemExit(f"--database-url: a PostgreSQL URL is expected, not {url!r}")
+        raise SystemExit(f"--database-url: a PostgreSQL or sqlite:/// URL is expected, not {url!r}")
     try:
         psycopg.connect(url, connect_timeout=10).close()
         return

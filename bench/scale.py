@@ -100,7 +100,8 @@ def main() -> int:
     )
     p.add_argument(
         "--database-url",
-        help="Target this PostgreSQL database instead of a scratch one (migrated, never dropped); with --reuse, "
+        help="Target this database (PostgreSQL, or sqlite:///PATH) instead of a scratch one (migrated, never "
+        "dropped); with --reuse, "
         "a database that already holds runs is measured as it is (build 10M runs once, measure many times).",
     )
     p.add_argument("--reuse", action="store_true", help="With --database-url: do not load if runs are there.")
@@ -121,7 +122,8 @@ def main() -> int:
     p.add_argument("--load-only", action="store_true", help="Load (or reuse) and stop: no measurement.")
     p.add_argument(
         "--empty-url",
-        help="A second PostgreSQL database (emptied first) against which --claims are compared in the same run.",
+        help="A second database, without history, against which --claims are compared in the same run. "
+        "Default on SQLite: a file beside the scratch database (sqlite:///PATH works on either side).",
     )
     p.add_argument(
         "--claims",
@@ -138,6 +140,17 @@ def main() -> int:
     )
     p.add_argument(
         "--prune-batch-size", type=int, help="With --prune-older-than: the prune's --batch-size (default: its own)."
+    )
+    p.add_argument(
+        "--prune-pause",
+        type=float,
+        help="With --prune-older-than: the prune's --pause (rest per batch, in times the batch took; 0: none).",
+    )
+    p.add_argument(
+        "--prune-baseline-rounds",
+        type=int,
+        default=3,
+        help="With --prune-older-than: claim rounds measured before the prune (their median p99 is the baseline).",
     )
     p.add_argument("--no-endpoints", action="store_true")
     p.add_argument("--with-leader", action="store_true", help="Run a `tick --loop` leader while measuring.")
@@ -193,6 +206,8 @@ def main() -> int:
         if args.claims and args.profile_tick:
             results["tick_profile"] = compare_tick_profiles(args)
         elif args.claims:
+            if args.empty_url is None and c.vendor() == "sqlite":
+                args.empty_url = _empty_sqlite()
             results["claims"] = compare_claims(args)
         leader = _start_leader() if args.with_leader else None
         results["endpoints"] = [] if args.no_endpoints else measure_endpoints(args)
@@ -211,7 +226,7 @@ def _database(args):
     """A scratch database, or the one ``--database-url`` names (created if missing, migrated, kept)."""
     if not args.database_url:
         return c.scratch_database(NAME, args)
-    args.db = "postgres"  # the results file's name
+    args.db = "sqlite" if args.database_url.startswith("sqlite:") else "postgres"  # the results file's name
     return c.existing_database(args.database_url, args)
 
 
@@ -745,12 +760,23 @@ def compare_tick_profiles(args) -> dict[str, Any]:
 
 
 def _child(url: str, count: int, *, flag: str = "--claims-child") -> dict[str, Any]:
-    """``claims_and_tick`` (or ``flag``'s work) in a fresh process on ``url`` (each database its own Django set-up)."""
+    """``claims_and_tick`` (or ``flag``'s work) in a fresh process on ``url`` (each database its own Django set-up).
+    Its PostgreSQL sessions are named ``bench-claims`` (``PGAPPNAME``) for the prune's wait sampler."""
     cmd = [sys.executable, __file__, "--database-url", url, "--reuse", "--runs", "0", flag]
     cmd += ["--claims", str(count)]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=dict(os.environ, DATABASE_URL=url))
+    env = dict(os.environ, DATABASE_URL=url, PGAPPNAME="bench-claims")
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     line = next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))
     return json.loads(line[len("RESULT ") :])
+
+
+def _empty_sqlite() -> str:
+    """A SQLite file without history beside the scratch database (removed with its folder)."""
+    folder = c.scratch_dir(NAME)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "empty.sqlite3"
+    path.unlink(missing_ok=True)
+    return f"sqlite:///{path}"
 
 
 def compare_claims(args) -> dict[str, Any]:
@@ -779,29 +805,49 @@ def prune_under_claims(args) -> dict[str, Any]:
     from distsched_app.models import Run, RunEvent
 
     runs_before, events_before = Run.objects.count(), RunEvent.objects.count()
-    baseline = _child(os.environ["DATABASE_URL"], args.claims or 5000)
+    url = os.environ["DATABASE_URL"]
+    rounds = [_child(url, args.claims or 5000) for _ in range(args.prune_baseline_rounds)]
+    baseline = {key: c.median([r[key] for r in rounds]) for key in ("claim_p99_ms", "claims_per_s")}
     log = c.scratch_dir(NAME) / "prune.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    sampler = WaitSampler(url) if c.vendor() == "postgresql" else None
     start = time.perf_counter()
     command = ["distsched", "prune", "--older-than", args.prune_older_than]
     if args.prune_batch_size:
         command += ["--batch-size", str(args.prune_batch_size)]
-    proc = c.spawn(command, log)
+    if args.prune_pause is not None:
+        command += ["--pause", str(args.prune_pause)]
+    proc = c.spawn(command, log, env={"PGAPPNAME": "bench-prune"})
     during = []
     while proc.poll() is None:
-        during.append(_child(os.environ["DATABASE_URL"], args.claims or 5000))
+        at = time.perf_counter() - start
+        during.append(dict(_child(url, args.claims or 5000), at_s=at))
     elapsed = time.perf_counter() - start
+    waits = sampler.stop() if sampler is not None else {}
     runs_after, events_after = Run.objects.count(), RunEvent.objects.count()
     deleted = (runs_before - runs_after) + (events_before - events_after)
     p99_during = c.median([d["claim_p99_ms"] for d in during]) if during else None
+    print()
+    print(
+        "claim rounds without a prune (p99 ms): " + ", ".join(f"{r['claim_p99_ms']:.1f}" for r in rounds) + "; "
+        "during it (started at s: p99 ms, claims/s):"
+    )
+    print("  " + "; ".join(f"{d['at_s']:.0f}: {d['claim_p99_ms']:.1f}, {d['claims_per_s']:,.0f}" for d in during))
+    if waits:
+        print(c.table(["sampled every 0.1 s", "what it waited for", "share of samples"], waits["table"]))
+        print(waits["summary"])
     out = {
         "older_than": args.prune_older_than,
         "batch_size": args.prune_batch_size,
+        "pause": args.prune_pause,
         "runs_deleted": runs_before - runs_after,
         "events_deleted": events_before - events_after,
         "seconds": elapsed,
         "rows_per_s": deleted / elapsed,
         "claim_p99_ms_without": baseline["claim_p99_ms"],
+        "claim_rounds_without": rounds,
+        "claim_rounds": during,
+        "waits": waits,
         "claim_p99_ms_during": p99_during,
         "claim_rounds_during": len(during),
         "claims_per_s_without": baseline["claims_per_s"],
@@ -810,11 +856,78 @@ def prune_under_claims(args) -> dict[str, Any]:
     }
     print()
     print(
-        f"prune --older-than {args.prune_older_than}: {out['runs_deleted']:,} runs + {out['events_deleted']:,} events "
+        f"prune --older-than {args.prune_older_than} (pause {args.prune_pause}): {out['runs_deleted']:,} runs + "
+        f"{out['events_deleted']:,} events "
         f"in {elapsed:.1f} s = {out['rows_per_s']:,.0f} rows/s; claim p99 {baseline['claim_p99_ms']:.1f} ms without, "
         f"{'n/a' if p99_during is None else f'{p99_during:.1f}'} ms during ({len(during)} rounds)"
     )
     return out
+
+
+class WaitSampler:
+    """What the claims' and the prune's sessions wait for, sampled every 0.1 s from ``pg_stat_activity``
+    on a connection of its own (a thread), with the checkpoints and WAL written meanwhile."""
+
+    def __init__(self, url: str) -> None:
+        import threading
+
+        import psycopg
+
+        self.conn = psycopg.connect(url, autocommit=True, application_name="bench-sampler")
+        self.counts: dict[tuple[str, str], int] = {}
+        self.samples: dict[str, int] = {}
+        self.checkpoint_at: list[int] = []
+        self.before = self._server()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _server(self) -> tuple[int, int, int]:
+        row = self.conn.execute(
+            "SELECT checkpoints_timed, checkpoints_req, pg_current_wal_lsn() - '0/0' FROM pg_stat_bgwriter"
+        ).fetchone()
+        return int(row[0]), int(row[1]), int(row[2])
+
+    def _run(self) -> None:
+        ticks, last = 0, self.before
+        started = time.perf_counter()
+        while not self.done.wait(0.1):
+            ticks += 1
+            if ticks % 10 == 0:  # a checkpoint's start, to the second (the counters move when one begins)
+                now = self._server()
+                if now[:2] != last[:2]:
+                    self.checkpoint_at.append(round(time.perf_counter() - started))
+                last = now
+            rows = self.conn.execute(
+                "SELECT application_name, state, wait_event_type, wait_event FROM pg_stat_activity "
+                "WHERE application_name IN ('bench-claims', 'bench-prune')"
+            ).fetchall()
+            for app, state, kind, event in rows:
+                self.samples[app] = self.samples.get(app, 0) + 1
+                what = "idle (client side)" if state != "active" else f"{kind}:{event}" if kind else "on CPU"
+                self.counts[(app, what)] = self.counts.get((app, what), 0) + 1
+
+    def stop(self) -> dict[str, Any]:
+        self.done.set()
+        self.thread.join()
+        after = self._server()
+        self.conn.close()
+        ranked = sorted(self.counts.items(), key=lambda kv: (kv[0][0], -kv[1]))
+        table = [[app, what, f"{n / self.samples[app]:.1%}"] for (app, what), n in ranked]
+        checkpoints = (after[0] - self.before[0], after[1] - self.before[1])
+        wal = (after[2] - self.before[2]) / 2**20
+        summary = (
+            f"checkpoints meanwhile: {checkpoints[0]} timed, {checkpoints[1]} requested (at s: {self.checkpoint_at}); "
+            f"WAL written {wal:,.0f} MB"
+        )
+        return {
+            "table": table,
+            "summary": summary,
+            "checkpoints": checkpoints,
+            "checkpoint_at_s": self.checkpoint_at,
+            "wal_mb": wal,
+            "counts": {f"{a}|{w}": n for (a, w), n in self.counts.items()},
+        }
 
 
 def sizes() -> dict[str, Any]:
