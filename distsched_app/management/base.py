@@ -55,6 +55,21 @@ def seconds_up_to(limit: float) -> Callable[[str], float]:
     return parse
 
 
+def fraction_up_to(limit: float) -> Callable[[str], float]:
+    """A number from 0 to ``limit`` (0 allowed: "none")."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not 0 <= value <= limit:  # NaN fails too
+            raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and {limit:g}")
+        return value
+
+    return parse
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

@@ -11,10 +11,15 @@ first (one count over the ``finished_at`` index), and it is called before the
 first batch and after each committed one. Ctrl-C (``KeyboardInterrupt``, from
 the callback or from anywhere inside) becomes ``PruneInterrupted``, which says
 what the committed batches deleted; the batch in flight rolls back whole.
+
+A prune paces itself: after each batch it rests ``pause`` times as long as the batch
+took (``DEFAULT_PAUSE``), so a long prune leaves the database's CPU, disk and WAL a share
+for the claims that run beside it; a batch slowed by contention earns a longer rest.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,6 +34,10 @@ from . import leader, workflow_prune
 
 DEFAULT_BATCH_SIZE = 1000
 MAX_BATCH_SIZE = 50_000
+# The rest after each batch, as a fraction of the batch's time (docs/postgresql.md, "Retention and
+# prune at this size": what the claims beside a long prune measured with and without it).
+DEFAULT_PAUSE = 0.5
+MAX_PAUSE = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +100,9 @@ def prune_runs(
     batch_size: int = DEFAULT_BATCH_SIZE,
     dry_run: bool = False,
     progress: Callable[[PruneProgress], None] | None = None,
+    pause: float = DEFAULT_PAUSE,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> PruneResult:
     """Delete finished runs (and their events) that finished before ``now - older_than``.
 
@@ -100,12 +112,14 @@ def prune_runs(
 
     ``progress`` (not called on a dry run) is told where the prune stands after
     each batch; a ``KeyboardInterrupt`` it raises stops the prune between batches
-    (``PruneInterrupted``).
+    (``PruneInterrupted``). After each batch it ``sleep``s ``pause`` times the batch's
+    time by ``monotonic`` (0: no rest).
     """
     if not isinstance(older_than, timedelta) or older_than < timedelta(0):
         raise ValidationError("older_than must be a non-negative duration", field="older_than")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise ValidationError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}", field="batch_size")
+    pace = Pacer(pause, sleep=sleep, monotonic=monotonic)
     try:
         cutoff = now - older_than
     except OverflowError:
@@ -126,29 +140,34 @@ def prune_runs(
     try:
         # Counted only for a caller that shows progress: the count is its ETA's denominator.
         total = prunable_runs(cutoff).count() if progress is not None else 0
-        # One final state at a time: each walk reads the (state, finished_at) index in order.
+        # Every final state in one walk along the finished_at index, oldest first: each page of the
+        # two tables is visited once. A walk per state (as retention's, whose ages differ) came
+        # back to the same pages for the dead and cancelled runs after the succeeded ones; in a
+        # prune that spans checkpoints every page was then logged whole (full-page image) and
+        # written again each time, which doubled its WAL (docs/postgresql.md).
         if progress is not None:
             progress(PruneProgress(runs=0, events=0, batches=0, total=total, cutoff=cutoff))
-        for state in TERMINAL_STATES:
-            candidates = prunable_runs(cutoff, states=[state])
-            after: Cursor = None
-            while True:
+        candidates = prunable_runs(cutoff)
+        after: Cursor = None
+        while True:
+            with pace:
                 deleted_runs, deleted_events, after = delete_batch(candidates, batch_size, after)
-                if after is None:
-                    break
-                batches += 1
-                total_runs += deleted_runs
-                total_events += deleted_events
-                if progress is not None:
-                    progress(
-                        PruneProgress(runs=total_runs, events=total_events, batches=batches, total=total, cutoff=cutoff)
-                    )
+            if after is None:
+                break
+            batches += 1
+            total_runs += deleted_runs
+            total_events += deleted_events
+            if progress is not None:
+                progress(
+                    PruneProgress(runs=total_runs, events=total_events, batches=batches, total=total, cutoff=cutoff)
+                )
         flows = 0
         last_flow_id: int | None = 0
         while last_flow_id is not None:
-            deleted_flows, deleted_runs, deleted_events, last_flow_id = workflow_prune.prune_batch(
-                cutoff, batch_size, last_flow_id
-            )
+            with pace:
+                deleted_flows, deleted_runs, deleted_events, last_flow_id = workflow_prune.prune_batch(
+                    cutoff, batch_size, last_flow_id
+                )
             flows += deleted_flows
             total_runs += deleted_runs
             total_events += deleted_events
@@ -165,6 +184,39 @@ def prune_runs(
         runs=total_runs, events=total_events, workers=workers, cutoff=cutoff, dry_run=False, batches=batches,
         workflows=flows,
     )  # fmt: skip
+
+
+class Pacer:
+    """``with pacer:`` around a batch rests ``pause`` times the batch's time after it (the batch
+    that finds nothing left rests too, briefly). A rest is a ``sleep`` between transactions:
+    nothing is held meanwhile."""
+
+    def __init__(
+        self,
+        pause: float,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(pause, bool) or not isinstance(pause, int | float) or not 0 <= pause <= MAX_PAUSE:
+            raise ValidationError(f"pause must be between 0 and {MAX_PAUSE:g} (times a batch's time)", field="pause")
+        self.pause = float(pause)
+        self.sleep = sleep
+        self.monotonic = monotonic
+        self.rested = 0.0  # seconds, in all
+        self._started = 0.0
+
+    def __enter__(self) -> Pacer:
+        self._started = self.monotonic()
+        return self
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        if kind is not None or not self.pause:
+            return  # an error or an interrupt goes on at once
+        rest = (self.monotonic() - self._started) * self.pause
+        if rest > 0:
+            self.rested += rest
+            self.sleep(rest)
 
 
 # Where a walk over finished runs stands: the finished_at of the last run it deleted.

@@ -5,7 +5,9 @@ state, an age (a duration such as ``7d``, ``12h``, ``1d12h``, or seconds). A sta
 named is kept forever, and the default (``{}``) deletes nothing: history is the user's
 data, so removing it is something they ask for. Deletion is ``maintenance.delete_batch``
 (the rule ``prune`` uses): small fenced transactions, oldest first by the ``(state,
-finished_at)`` index, only finished runs (no claim ever waits on them).
+finished_at)`` index, only finished runs (no claim ever waits on them). With a backlog, the
+leader rests ``pause`` times what a call took before the next (``maintenance.DEFAULT_PAUSE``,
+the pacing ``prune`` has): its turn goes on meanwhile, its deletes leave claims their share.
 """
 
 from __future__ import annotations
@@ -80,9 +82,16 @@ class Retention:
     (a cursor per state), and a state whose walk reached its cutoff starts again from the
     oldest next time."""
 
-    def __init__(self, *, batch_size: int = BATCH_SIZE, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        batch_size: int = BATCH_SIZE,
+        monotonic: Callable[[], float] = time.monotonic,
+        pause: float = maintenance.DEFAULT_PAUSE,
+    ) -> None:
         self.batch_size = batch_size
         self.monotonic = monotonic
+        self.pause = maintenance.Pacer(pause).pause  # checked as prune's is
         self.cursors: dict[str, maintenance.Cursor] = {}
 
     def apply(self, now: datetime, *, fence: Term | None, budget_seconds: float = 0.5) -> RetentionPass:

@@ -176,3 +176,34 @@ def test_a_standby_refreshes_no_figure(mono):
     assert b.figures._thread is None
     assert b.figures.leading() is False  # what the thread asks: the elector's answer
     b.stop()
+
+
+def test_retention_with_a_backlog_rests_in_proportion_to_its_work(make_schedule, mono, settings, monkeypatch):
+    """With old runs left, the leader goes on with retention after a rest of ``pause`` times the
+    call's time (its turns wait only that long), not at once."""
+    from distsched_app.services import retention
+
+    settings.DISTSCHED = {"RETENTION": {"succeeded": "7d"}}
+    sched = make_schedule("s1", start_at=T0 + DAY)
+    for _ in range(3):
+        make_run(sched, RunState.SUCCEEDED, finished_at=T0 - 8 * DAY)
+    calls = []
+
+    def one_batch_taking_two_seconds(self, now, *, fence, budget_seconds=0.5):
+        calls.append(mono.read())
+        mono.advance(2)
+        return retention.RetentionPass(runs=1, events=2, batches=1, more=len(calls) < 3)
+
+    monkeypatch.setattr(retention.Retention, "apply", one_batch_taking_two_seconds)
+    a = leadership("a", mono)
+    a.retention.pause = 0.5
+    a.turn(T0)
+    assert a.wait_seconds(5.0) == pytest.approx(1.0)  # half of the 2 s call
+    a.turn(T0)
+    assert len(calls) == 1  # rests still
+    mono.advance(1)
+    a.turn(T0)
+    assert len(calls) == 2
+    mono.advance(1)
+    a.turn(T0)  # the third call finds nothing more: once a minute from now on
+    assert len(calls) == 3 and a.wait_seconds(5.0) == pytest.approx(min(5.0, a.elector.wait_seconds()))

@@ -21,7 +21,7 @@ from distsched_app.models import (
     WorkerStatus,
 )
 from distsched_app.services import events, workers
-from distsched_app.services.maintenance import prune_runs
+from distsched_app.services.maintenance import Pacer, prune_runs
 from tests.conftest import T0
 
 pytestmark = pytest.mark.django_db
@@ -96,8 +96,8 @@ def test_deletes_in_batches_each_its_own_transaction(sched):
         for q in ctx.captured_queries
         if 'DELETE FROM "distsched_app_run" WHERE' in q["sql"]  # alone, or in PostgreSQL's one statement
     ]
-    # PostgreSQL's one statement per batch is also the probe that finds a state's walk done.
-    probes = len(TERMINAL_STATES) if connection.vendor == "postgresql" else 0
+    # PostgreSQL's one statement per batch is also the probe that finds the walk done.
+    probes = 1 if connection.vendor == "postgresql" else 0
     assert len(run_deletes) == 3 + probes
 
 
@@ -111,8 +111,8 @@ def test_postgresql_deletes_a_batch_and_what_points_at_it_in_one_statement(sched
         result = prune_runs(older_than=30 * DAY, now=T0, batch_size=10)
     assert (result.runs, result.events, result.batches) == (3, 9, 1)
     writes = [q["sql"] for q in ctx.captured_queries if "DELETE FROM" in q["sql"] and 'distsched_app_run"' in q["sql"]]
-    # One batch, then one statement per final state that finds nothing left (the walk's end).
-    assert len(writes) == 1 + len(TERMINAL_STATES)
+    # One batch, then the statement that finds nothing left (the walk's end).
+    assert len(writes) == 1 + 1
     assert all(sql.startswith("WITH doomed AS MATERIALIZED") for sql in writes)
     assert list(Run.objects.values_list("pk", flat=True)) == [keep.pk]
     assert RunEvent.objects.filter(run_id__in=[r.pk for r in old]).count() == 0
@@ -213,3 +213,94 @@ def test_a_run_locked_by_another_transaction_is_left_alone(sched):
         other.close()
     assert prune_runs(older_than=30 * DAY, now=T0).runs == 1
     assert not Run.objects.exists()
+
+
+class FakeTime:
+    """A monotonic clock that moves only when told (each batch "takes" ``batch`` seconds) or slept."""
+
+    def __init__(self, batch: float) -> None:
+        self.now, self.batch, self.slept = 0.0, batch, []
+        self._in_batch = False
+
+    def monotonic(self) -> float:
+        if self._in_batch:  # the reading after a batch: it took ``batch`` seconds
+            self.now += self.batch
+        self._in_batch = not self._in_batch
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_prune_rests_after_each_batch_in_proportion_to_its_time(sched):
+    for days in range(40, 45):
+        make_run(sched, RunState.SUCCEEDED, finished_at=T0 - days * DAY)
+    time = FakeTime(batch=0.2)
+    result = prune_runs(
+        older_than=30 * DAY, now=T0, batch_size=2, pause=0.5, sleep=time.sleep, monotonic=time.monotonic
+    )
+    assert (result.runs, result.batches) == (5, 3)
+    # Three batches that deleted, the one that found nothing left, the workflows' one: every one of
+    # them rested half its time, and no rest is taken inside a transaction.
+    assert time.slept and all(s == pytest.approx(0.1) for s in time.slept)
+    assert len(time.slept) == 3 + 1 + 1
+
+
+def test_prune_walks_every_final_state_at_once_oldest_first(sched):
+    """One walk by finished_at over all final states (each page visited once): the first batch takes
+    the two oldest runs whatever their states, not the succeeded ones first."""
+    oldest = [
+        make_run(sched, RunState.DEAD, finished_at=T0 - 50 * DAY),
+        make_run(sched, RunState.CANCELLED, finished_at=T0 - 49 * DAY),
+    ]
+    younger = [make_run(sched, RunState.SUCCEEDED, finished_at=T0 - days * DAY) for days in (48, 47, 46)]
+    left_after_first_batch: list[set[int]] = []
+
+    def after_batch(p):
+        if p.batches == 1:
+            left_after_first_batch.append(set(Run.objects.values_list("pk", flat=True)))
+
+    result = prune_runs(older_than=30 * DAY, now=T0, batch_size=2, pause=0, progress=after_batch)
+    assert result.runs == 5 and result.batches == 3
+    assert left_after_first_batch == [{r.pk for r in younger}]
+    assert not {r.pk for r in oldest} & left_after_first_batch[0]
+
+
+def test_prune_without_pause_never_sleeps(sched):
+    make_run(sched, RunState.SUCCEEDED, finished_at=T0 - 40 * DAY)
+    time = FakeTime(batch=0.2)
+    assert prune_runs(older_than=30 * DAY, now=T0, pause=0, sleep=time.sleep, monotonic=time.monotonic).runs == 1
+    assert time.slept == []
+
+
+def test_an_interrupted_batch_does_not_rest():
+    time = FakeTime(batch=1.0)
+    with pytest.raises(KeyboardInterrupt), Pacer(0.5, sleep=time.sleep, monotonic=time.monotonic):
+        raise KeyboardInterrupt
+    assert time.slept == []
+
+
+@pytest.mark.parametrize("pause", [-0.1, 10.5, float("nan"), True, "1"])
+def test_a_bad_pause_is_a_clear_error(pause):
+    with pytest.raises(ValidationError, match="pause must be between 0 and 10"):
+        prune_runs(older_than=DAY, now=T0, pause=pause)
+
+
+@pytest.mark.postgres
+def test_postgresql_prune_walks_the_finished_index_in_order_below_the_cutoff(sched):
+    """The prune's one walk reads ``distsched_run_finished`` in order, bounded by the cutoff (no sort,
+    no read of the retained history), the final states and workflows a filter of it."""
+    from distsched_app.db import locks
+    from distsched_app.services import maintenance
+
+    for days in (40, 41):
+        make_run(sched, RunState.SUCCEEDED, finished_at=T0 - days * DAY)
+    qs = maintenance.prunable_runs(T0 - 30 * DAY).order_by("finished_at").filter(finished_at__gte=T0 - 45 * DAY)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table: the planner's index path
+        sql, params = locks.skip_locked(qs).values_list("pk", "finished_at")[:1000].query.sql_with_params()
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Index Scan using distsched_run_finished" in plan, plan
+    assert "finished_at <" in plan and "Sort" not in plan, plan

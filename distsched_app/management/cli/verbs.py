@@ -336,6 +336,7 @@ def prune(now: datetime, o: dict[str, Any]) -> Output:
             now=now,
             batch_size=o["batch_size"],
             dry_run=o["dry_run"],
+            pause=o.get("pause", maintenance.DEFAULT_PAUSE),
             progress=None if bar is None else _show_prune(bar),
         )
     except maintenance.PruneInterrupted as stop:

@@ -31,7 +31,7 @@ from ...errors import DistschedError
 from ...models import CatchUp, Origin, Overlap, RunState
 from ...services import maintenance
 from ...text import storable
-from ..base import DistschedCommand, int_up_to, positive_int, storable_text
+from ..base import DistschedCommand, fraction_up_to, int_up_to, positive_int, storable_text
 from ..cli import bulk as bulk_verbs
 from ..cli import celery_import, declared, schedule_changes
 from ..cli import workflows as workflow_cli
@@ -258,6 +258,14 @@ class Command(DistschedCommand):
             type=positive_int,
             default=maintenance.DEFAULT_BATCH_SIZE,
             help="Runs deleted per transaction (default %(default)s).",
+        )
+        prune.add_argument(
+            "--pause",
+            type=fraction_up_to(maintenance.MAX_PAUSE),
+            default=maintenance.DEFAULT_PAUSE,
+            metavar="RATIO",
+            help="Rest after each batch, in times the batch took (default %(default)s; 0: none): leaves the "
+            "claims running beside a long prune their share of the database.",
         )
         prune.add_argument("--dry-run", action="store_true", help="Count what would be deleted; delete nothing.")
         prune.add_argument(

@@ -432,6 +432,19 @@ def test_prune_bad_durations(cli, value, expected):
     assert expected in error_of(cli, "prune", f"--older-than={value}")
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("x", "is not a number"), ("-1", "between 0 and 10"), ("11", "between 0 and 10"), ("nan", "between 0 and 10")],
+)
+def test_prune_bad_pause(cli, value, expected):
+    assert expected in error_of(cli, "prune", "--older-than=1d", f"--pause={value}")
+
+
+def test_prune_pause_zero_is_accepted(cli, three_runs, clock):
+    clock.advance(days=31)
+    assert "deleted 2 run(s)" in cli("prune", "--older-than", "30d", "--pause", "0")
+
+
 def test_prune_requires_older_than(cli):
     assert "the following arguments are required: --older-than" in error_of(cli, "prune")
 
