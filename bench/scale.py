@@ -150,7 +150,8 @@ def main() -> int:
         "--prune-baseline-rounds",
         type=int,
         default=3,
-        help="With --prune-older-than: claim rounds measured before the prune (their median p99 is the baseline).",
+        help="With --prune-older-than: claim rounds measured before the prune (their median p99 is the baseline) "
+        "and again after it.",
     )
     p.add_argument("--no-endpoints", action="store_true")
     p.add_argument("--with-leader", action="store_true", help="Run a `tick --loop` leader while measuring.")
@@ -824,6 +825,9 @@ def prune_under_claims(args) -> dict[str, Any]:
         during.append(dict(_child(url, args.claims or 5000), at_s=at))
     elapsed = time.perf_counter() - start
     waits = sampler.stop() if sampler is not None else {}
+    # The same rounds once the prune is done: with autovacuum off the rounds' own dead rows (each
+    # round inserts and deletes 5,000 runs) slow the claims as the rounds go on, prune or not.
+    after = [_child(url, args.claims or 5000) for _ in range(args.prune_baseline_rounds)]
     runs_after, events_after = Run.objects.count(), RunEvent.objects.count()
     deleted = (runs_before - runs_after) + (events_before - events_after)
     p99_during = c.median([d["claim_p99_ms"] for d in during]) if during else None
@@ -833,6 +837,7 @@ def prune_under_claims(args) -> dict[str, Any]:
         "during it (started at s: p99 ms, claims/s):"
     )
     print("  " + "; ".join(f"{d['at_s']:.0f}: {d['claim_p99_ms']:.1f}, {d['claims_per_s']:,.0f}" for d in during))
+    print("claim rounds after it (p99 ms): " + ", ".join(f"{r['claim_p99_ms']:.1f}" for r in after))
     if waits:
         print(c.table(["sampled every 0.1 s", "what it waited for", "share of samples"], waits["table"]))
         print(waits["summary"])
@@ -847,6 +852,8 @@ def prune_under_claims(args) -> dict[str, Any]:
         "claim_p99_ms_without": baseline["claim_p99_ms"],
         "claim_rounds_without": rounds,
         "claim_rounds": during,
+        "claim_rounds_after": after,
+        "claim_p99_ms_after": c.median([r["claim_p99_ms"] for r in after]) if after else None,
         "waits": waits,
         "claim_p99_ms_during": p99_during,
         "claim_rounds_during": len(during),

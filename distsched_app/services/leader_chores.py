@@ -15,9 +15,9 @@ leader's turn raises ``NotLeader`` before writing, and it steps down. The chores
   is not a leader-only write (any reader stores one it found stale), so it needs no fence; the
   thread only works while its process leads;
 - retention (``DISTSCHED["RETENTION"]``), in batches for at most half a second
-  per turn while old runs remain (then a rest of ``maintenance.DEFAULT_PAUSE`` times
-  that before the next), else once a minute; its figures are logged once a minute
-  while it deletes.
+  per turn while old runs remain (then a rest of ``Retention.pause`` times that
+  before the next, none by default), else once a minute; its figures are logged once
+  a minute while it deletes.
 
 Expired leases need no chore: every worker's claim recovers them (``claiming``).
 """

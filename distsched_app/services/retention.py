@@ -7,7 +7,7 @@ data, so removing it is something they ask for. Deletion is ``maintenance.delete
 (the rule ``prune`` uses): small fenced transactions, oldest first by the ``(state,
 finished_at)`` index, only finished runs (no claim ever waits on them). With a backlog, the
 leader rests ``pause`` times what a call took before the next (``maintenance.DEFAULT_PAUSE``,
-the pacing ``prune`` has): its turn goes on meanwhile, its deletes leave claims their share.
+none by default, the pacing ``prune --pause`` has): its turns go on meanwhile.
 """
 
 from __future__ import annotations

@@ -237,9 +237,7 @@ MILLION_RUN_STATS = [
 
 
 @pytest.mark.parametrize("queue", ["default", "idle"])
-def test_sqlite_one_queue_claim_walks_the_claim_index_in_order_with_a_million_runs_statistics(
-    scheduler, clock, queue
-):
+def test_sqlite_one_queue_claim_walks_the_claim_index_in_order_with_a_million_runs_statistics(scheduler, clock, queue):
     """With the statistics ANALYZE gathers on a large database, SQLite's planner skip-scanned the
     claim index over every queue and priority on the due time and sorted every due run (3.5 ms a
     claim of an idle queue, 33 ms of a queue with 45,000 due runs, at a million runs). A one-queue
@@ -258,9 +256,7 @@ def test_sqlite_one_queue_claim_walks_the_claim_index_in_order_with_a_million_ru
             select, params = claims.waiting_statement(queues=[queue], excluded=[], now=clock.now(), limit=32)
             cursor.execute("EXPLAIN QUERY PLAN " + select, params)
             plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
-            several, params = claims.waiting_statement(
-                queues=[queue, "other"], excluded=[], now=clock.now(), limit=32
-            )
+            several, params = claims.waiting_statement(queues=[queue, "other"], excluded=[], now=clock.now(), limit=32)
             cursor.execute(several, params)  # several queues keep the range; still a valid statement
         finally:
             cursor.execute("DELETE FROM sqlite_stat1")

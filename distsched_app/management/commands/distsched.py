@@ -264,8 +264,8 @@ class Command(DistschedCommand):
             type=fraction_up_to(maintenance.MAX_PAUSE),
             default=maintenance.DEFAULT_PAUSE,
             metavar="RATIO",
-            help="Rest after each batch, in times the batch took (default %(default)s; 0: none): leaves the "
-            "claims running beside a long prune their share of the database.",
+            help="Rest after each batch, in times the batch took (default %(default)s: none); e.g. 0.5 gives the "
+            "claims running beside a long prune a larger share of the database, for a slower prune.",
         )
         prune.add_argument("--dry-run", action="store_true", help="Count what would be deleted; delete nothing.")
         prune.add_argument(
