@@ -117,12 +117,16 @@ def enqueuer(system: str, mode: str):
     """A function that makes one job claimable in its own transaction and returns its key."""
     if system == "distsched" and mode == "trigger":
         from distsched_app import Scheduler
+        from distsched_app.errors import DuplicateName
 
         scheduler = Scheduler()
         later = c.now().replace(year=c.now().year + 1)  # never due: triggered only
-        scheduler.create_schedule(
-            name="latency", task_name="bench.latency_probe_run", interval_seconds=86400, start_at=later
-        )
+        try:
+            scheduler.create_schedule(
+                name="latency", task_name="bench.latency_probe_run", interval_seconds=86400, start_at=later
+            )
+        except DuplicateName:  # an earlier leg's (``--claims`` with both kinds)
+            pass
 
         def trigger(key: str) -> str:  # the key is the run's id, known once triggered
             return f"run:{scheduler.trigger('latency').pk}"
