@@ -14,8 +14,10 @@ the task writes first thing (``bench_tasks/latency_record.py``), the same
 point in every system; each system's line "from BEGIN" measures from the enqueuer's
 ``time.time()`` before its transaction began instead (so it includes the enqueue and its
 COMMIT). ``--busy N`` keeps N CPU-bound processes running throughout (a busy machine).
+``--claims synchronous,asynchronous`` measures distsched's workers with each setting of
+``SYNCHRONOUS_CLAIMS`` in turn (by default only the default, synchronous).
 Between samples the benchmark waits a random 0-1 s,
-so samples fall at every phase of the workers' polls. distsched's goals:
+so samples fall at every phase of the workers' polls. distsched's goals, from BEGIN:
 PostgreSQL p50 <= 5 ms and p99 <= 50 ms; SQLite p99 <= poll + 50 ms.
 
 **Idle cost.** ``--workers`` idle workers for ``--idle-seconds``: the
@@ -54,6 +56,12 @@ def main() -> int:
     p.add_argument("--skip-idle", action="store_true", help="Measure start latency only.")
     p.add_argument(
         "--busy", type=int, default=0, help="Keep the machine busy: this many CPU-bound processes run throughout."
+    )
+    p.add_argument(
+        "--claims",
+        default="synchronous",
+        help="distsched's claim commits, comma-separated legs: synchronous (the default setting), asynchronous "
+        "(SYNCHRONOUS_CLAIMS = False).",
     )
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
@@ -98,18 +106,27 @@ def worker_command(system: str, worker_id: str, poll: float) -> list[str]:
 
 
 LABELS = {"distsched": "distsched", "peer": "django-tasks-db", "procrastinate": "procrastinate"}
+# distsched's claim commits (``--claims``): the workers' environment for each (``bench_tasks.settings``).
+CLAIMS: dict[str, dict[str, str]] = {
+    "synchronous": {},
+    "asynchronous": {"BENCH_DISTSCHED_SYNCHRONOUS_CLAIMS": "0"},
+}
 
 
 def enqueuer(system: str, mode: str):
     """A function that makes one job claimable in its own transaction and returns its key."""
     if system == "distsched" and mode == "trigger":
         from distsched_app import Scheduler
+        from distsched_app.errors import DuplicateName
 
         scheduler = Scheduler()
         later = c.now().replace(year=c.now().year + 1)  # never due: triggered only
-        scheduler.create_schedule(
-            name="latency", task_name="bench.latency_probe_run", interval_seconds=86400, start_at=later
-        )
+        try:
+            scheduler.create_schedule(
+                name="latency", task_name="bench.latency_probe_run", interval_seconds=86400, start_at=later
+            )
+        except DuplicateName:  # an earlier leg's (``--claims`` with both kinds)
+            pass
 
         def trigger(key: str) -> str:  # the key is the run's id, known once triggered
             return f"run:{scheduler.trigger('latency').pk}"
@@ -192,18 +209,27 @@ def measure_latency(args, systems: list[str]) -> dict[str, Any]:
     from django.db import transaction
 
     out: dict[str, Any] = {}
-    plans = [(s, m) for s in systems for m in (("enqueue", "trigger") if s == "distsched" else ("enqueue",))]
-    for system, mode in plans:
-        label = f"{LABELS[system]} {mode}"
-        path = c.scratch_dir(NAME) / f"starts-{system}-{mode}.txt"
+    claims = [k.strip() for k in args.claims.split(",") if k.strip()]
+    if not set(claims) <= set(CLAIMS) or not claims:
+        raise SystemExit(f"--claims: a comma-separated subset of {', '.join(CLAIMS)}, not {args.claims!r}")
+    plans = [
+        (s, m, k)
+        for s in systems
+        for m in (("enqueue", "trigger") if s == "distsched" else ("enqueue",))
+        for k in (claims if s == "distsched" else [""])
+    ]
+    for system, mode, kind in plans:
+        label = f"{LABELS[system]} {mode}" + (f", {kind} claims" if kind and claims != ["synchronous"] else "")
+        tag = f"{system}-{mode}" + (f"-{kind}" if kind else "")
+        path = c.scratch_dir(NAME) / f"starts-{tag}.txt"
         os.environ["BENCH_LATENCY_FILE"] = str(path)  # inherited by the workers
         starts = Starts(path)
-        children = start_workers(args, system, f"{system}-{mode}", args.poll_interval, {})
+        children = start_workers(args, system, tag, args.poll_interval, CLAIMS.get(kind, {}))
         make = enqueuer(system, mode)
         try:
             for i in range(3):  # warm-up: the workers boot and settle; not recorded
                 if starts.wait(make(f"warm-{system}-{mode}-{i}"), timeout=120) is None:
-                    raise SystemExit(f"{label}: the workers never ran a job:\n" + logs(system, mode))
+                    raise SystemExit(f"{label}: the workers never ran a job:\n" + logs(tag))
             time.sleep(2.0)
             values: list[float] = []
             from_begin: list[float] = []
@@ -215,7 +241,7 @@ def measure_latency(args, systems: list[str]) -> dict[str, Any]:
                 committed = time.time()  # the commit returned
                 started = starts.wait(key, timeout=30)
                 if started is None:
-                    raise SystemExit(f"{label}: sample {i} never started:\n" + logs(system, mode))
+                    raise SystemExit(f"{label}: sample {i} never started:\n" + logs(tag))
                 values.append((started - committed) * 1000)
                 from_begin.append((started - begun) * 1000)
         finally:
@@ -223,12 +249,12 @@ def measure_latency(args, systems: list[str]) -> dict[str, Any]:
         out[label] = summary(values)
         out[f"{label} from BEGIN"] = summary(from_begin)
         for name in (label, f"{label} from BEGIN"):
-            print(f"  {name:<39} " + "  ".join(f"{k} {v:8.1f} ms" for k, v in out[name].items() if k != "n"))
+            print(f"  {name:<60} " + "  ".join(f"{k} {v:8.1f} ms" for k, v in out[name].items() if k != "n"))
     return out
 
 
-def logs(system: str, mode: str) -> str:
-    return "\n".join(c.tail(p, 15) for p in sorted(c.scratch_dir(NAME).glob(f"{system}-{mode}-*.log")))
+def logs(tag: str) -> str:
+    return "\n".join(c.tail(p, 15) for p in sorted(c.scratch_dir(NAME).glob(f"{tag}-[0-9]*.log")))
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -312,21 +338,21 @@ def transactions() -> tuple[float, int] | None:
 
 
 def report(args, latency: dict[str, Any], idle: dict[str, Any]) -> None:
-    print(f"\nstart latency (task body start - commit), {args.samples} samples, ms")
-    print(f"  {'system':<28} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8}")
+    print(f"\nstart latency (task body start - commit, or - BEGIN), {args.samples} samples, ms")
+    print(f"  {'system':<50} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8}")
     for label, row in latency.items():
-        print(f"  {label:<28} {row['p50']:8.1f} {row['p90']:8.1f} {row['p99']:8.1f} {row['max']:8.1f}")
+        print(f"  {label:<50} {row['p50']:8.1f} {row['p90']:8.1f} {row['p99']:8.1f} {row['max']:8.1f}")
     goals = []
-    for mode in ("enqueue", "trigger"):
-        row = latency.get(f"distsched {mode}")
-        if row is None:
+    for label, row in latency.items():
+        if not label.startswith("distsched ") or not label.endswith(" from BEGIN"):
             continue
-        if c.vendor() == "postgresql":
-            goals.append((f"distsched {mode}: p50 <= 5 ms", row["p50"] <= 5))
-            goals.append((f"distsched {mode}: p99 <= 50 ms", row["p99"] <= 50))
+        name = label.removesuffix(" from BEGIN")
+        if c.vendor() == "postgresql":  # the goals count from the enqueueing transaction's start
+            goals.append((f"{name}: p50 <= 5 ms from BEGIN", row["p50"] <= 5))
+            goals.append((f"{name}: p99 <= 50 ms from BEGIN", row["p99"] <= 50))
         else:
             bound = args.poll_interval * 1000 + 50
-            goals.append((f"distsched {mode}: p99 <= poll + 50 ms ({bound:.0f} ms)", row["p99"] <= bound))
+            goals.append((f"{name}: p99 <= poll + 50 ms ({bound:.0f} ms) from BEGIN", row["p99"] <= bound))
     for goal, met in goals:
         print(f"  goal {goal}: {'met' if met else 'NOT met'}")
     if idle:

@@ -5,13 +5,15 @@
     .venv/bin/python bench/peers.py --db postgres --jobs 2000 --repeat 1  # quick pass, a few minutes
     .venv/bin/python bench/peers.py --db sqlite --systems distsched,raw
 
-The systems (``--systems``, default all; procrastinate is PostgreSQL only):
+The systems (``--systems``, default all but ``distsched-async``; procrastinate is PostgreSQL only):
 
 - ``distsched``: ``distsched_app.services.enqueue.enqueue(Job(task_name="tests.noop"), now=...)``
   (the call behind the framework backend and ``POST /api/runs``; the ``Scheduler`` facade
   has no enqueue), drained by ``runworker --burst --poll-interval 0.05``, at K > 1 one
   ``runworker --processes K`` (Django set up once, K workers forked; ``--separate-workers``:
   K separate processes);
+- ``distsched-async``: the same, its workers with ``DISTSCHED["SYNCHRONOUS_CLAIMS"] = False``
+  (claims that commit without waiting for the disk; only when named);
 - ``framework``: distsched through ``django.tasks`` (``@task def noop()`` +
   ``noop.enqueue()``, ``TASKS["default"]`` = ``distsched_app.backends.DistschedBackend``),
   the same workers;
@@ -86,10 +88,12 @@ class System:
     peer = False  # a peer framework (the "best peer" ratios)
     postgres_only = False
     exits_by_itself = True  # a burst worker; otherwise stopped with SIGTERM once drained
+    enqueues_as = ""  # ``peers_enqueue``'s system, when not this one's name (a variant's workers differ)
 
     def enqueue(self, count: int) -> dict[str, Any]:
+        system = self.enqueues_as or self.name
         done = subprocess.run(
-            [sys.executable, str(c.ROOT / "manage.py"), "peers_enqueue", "--system", self.name, "--count", str(count)],
+            [sys.executable, str(c.ROOT / "manage.py"), "peers_enqueue", "--system", system, "--count", str(count)],
             cwd=c.ROOT,
             env=os.environ.copy(),
             capture_output=True,
@@ -148,13 +152,15 @@ class Distsched(System):
     # K > 1: one ``runworker --processes K`` (Django set up once, K children forked), the
     # recommended way; ``--separate-workers`` spawns K ``runworker`` processes instead.
     separate = False
+    env: dict[str, str] = {}  # the workers' extra environment (``bench_tasks.settings`` reads it)
 
     def workers(self, k: int, tag: str) -> list[tuple[list[str], dict[str, str]]]:
         if k > 1 and not self.separate:
             extra = ["--processes", str(k)]
-            return [(c.worker_command(worker_id=tag, poll_interval=POLL, burst=True, extra=extra), {})]
+            return [(c.worker_command(worker_id=tag, poll_interval=POLL, burst=True, extra=extra), dict(self.env))]
         return [
-            (c.worker_command(worker_id=f"{tag}-{i}", poll_interval=POLL, burst=True, extra=[]), {}) for i in range(k)
+            (c.worker_command(worker_id=f"{tag}-{i}", poll_interval=POLL, burst=True, extra=[]), dict(self.env))
+            for i in range(k)
         ]
 
     def reset(self) -> None:
@@ -217,6 +223,14 @@ class Distsched(System):
 class Framework(Distsched):
     name, label = "framework", "distsched via django.tasks"
     task = "bench_tasks.tasks.noop"
+
+
+class DistschedAsyncClaims(Distsched):
+    """distsched's workers with ``SYNCHRONOUS_CLAIMS = False`` (the same enqueue)."""
+
+    name, label = "distsched-async", "distsched, SYNCHRONOUS_CLAIMS=False"
+    enqueues_as = "distsched"
+    env = {"BENCH_DISTSCHED_SYNCHRONOUS_CLAIMS": "0"}
 
 
 class DjangoQ2(System):
@@ -385,7 +399,9 @@ class Raw(System):
         return {"state_attempts": rows}, problems
 
 
-SYSTEMS: dict[str, System] = {s.name: s for s in (Distsched(), Framework(), DjangoQ2(), Procrastinate(), Raw())}
+SYSTEMS: dict[str, System] = {
+    s.name: s for s in (Distsched(), Framework(), DistschedAsyncClaims(), DjangoQ2(), Procrastinate(), Raw())
+}
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -393,7 +409,8 @@ SYSTEMS: dict[str, System] = {s.name: s for s in (Distsched(), Framework(), Djan
 
 def main() -> int:
     p = c.parser(__doc__.splitlines()[0])
-    p.add_argument("--systems", default=",".join(SYSTEMS), help=f"Comma-separated subset of {', '.join(SYSTEMS)}.")
+    default = ",".join(n for n in SYSTEMS if n != DistschedAsyncClaims.name)  # the variant only when asked for
+    p.add_argument("--systems", default=default, help=f"Comma-separated subset of {', '.join(SYSTEMS)}.")
     p.add_argument("--jobs", type=int, default=10_000, help="N jobs per leg (enqueued, then drained).")
     p.add_argument("--repeat", type=int, default=2, help="Repetitions; medians are reported.")
     p.add_argument("--workers", default=[1, 4], type=worker_counts, help="Worker counts K, e.g. 1,4 (the default).")

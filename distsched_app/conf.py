@@ -36,6 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "NOTIFY": True,
     "LISTEN": True,
     "LISTEN_DATABASE_URL": "",
+    "SYNCHRONOUS_CLAIMS": True,
     "TASK_REQUIRES": {},
     "LIMITS": {},
     "SCHEDULES": None,  # None: no schedule is declared in code (apply changes nothing); {}: none is
@@ -74,6 +75,7 @@ CHOICES: dict[str, tuple[object, ...]] = {
     "METRICS_PUBLIC": (True, False),
     "NOTIFY": (True, False),
     "LISTEN": (True, False),
+    "SYNCHRONOUS_CLAIMS": (True, False),
 }
 
 

@@ -40,6 +40,8 @@ TASKS = {
 }
 if os.environ.get("BENCH_DISTSCHED_LISTEN") == "0":  # bench/latency.py: an idle worker without LISTEN
     DISTSCHED = {**DISTSCHED, "LISTEN": False}
+if os.environ.get("BENCH_DISTSCHED_SYNCHRONOUS_CLAIMS") == "0":  # claims that commit without waiting for the disk
+    DISTSCHED = {**DISTSCHED, "SYNCHRONOUS_CLAIMS": False}
 if os.environ.get("BENCH_PROCRASTINATE"):  # bench/latency.py on PostgreSQL: procrastinate side by side
     INSTALLED_APPS = [*INSTALLED_APPS, "procrastinate.contrib.django"]
     PROCRASTINATE_AUTODISCOVER_MODULE_NAME = "procrastinate_tasks"

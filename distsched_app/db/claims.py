@@ -11,7 +11,9 @@ the first ``started`` of them ``running`` and the rest ``leased``, append
 their ``claimed`` (and ``started``) events, and return the runs with their
 schedules. The rules are ``claim_runs``'; only the number of round trips differs.
 Expired leases are not looked at here (``claim_runs`` does that, about once a
-second).
+second). With ``DISTSCHED["SYNCHRONOUS_CLAIMS"] = False`` the statement also turns
+``synchronous_commit`` off for its own transaction (never inside a caller's): its commit
+does not wait for the disk (the PostgreSQL docs page says what a crash can then cost).
 
 SQLite has no data-modifying CTEs; there the same claim is three prepared statements under
 the write lock ``BEGIN IMMEDIATE`` takes (read the due runs with their schedules, mark them,
@@ -31,6 +33,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Field, Model
 
+from ..conf import conf
 from ..models import WAITING_STATES, EventType, Run, RunEvent, RunState, Schedule, not_paused_sql
 from . import bulk
 
@@ -43,10 +46,16 @@ def _columns(model: type[Model]) -> list[Field]:
     return list(model._meta.concrete_fields)
 
 
+# ``SYNCHRONOUS_CLAIMS = False``: the claim's own transaction commits without waiting for its WAL
+# to reach the disk (``synchronous_commit`` off for that transaction only).
+_ASYNC_COMMIT = "quick AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS v), "
+
+
 @cache
-def _claim_sql(queues: int, excluded: int = 0) -> str:
+def _claim_sql(queues: int, excluded: int = 0, durable: bool = True) -> str:
     """The statement for a worker of ``queues`` queues (0: any queue) that may not take runs of
-    ``excluded`` tasks (their required capabilities it lacks; 0: no clause)."""
+    ``excluded`` tasks (their required capabilities it lacks; 0: no clause); not ``durable``: its
+    commit does not wait for the disk (``claim_waiting``)."""
     runs, events, schedules = _q(Run._meta.db_table), _q(RunEvent._meta.db_table), _q(Schedule._meta.db_table)
     waiting = ", ".join(f"'{s}'" for s in WAITING_STATES)  # literals: the partial claim index's predicate
     # One placeholder per queue, as the ORM writes it: "queue IN ('default')" lets the planner walk
@@ -60,8 +69,9 @@ def _claim_sql(queues: int, excluded: int = 0) -> str:
         unpaused += f" AND task_name NOT IN ({', '.join(f'%(x{i})s' for i in range(excluded))})"
     run_cols = ", ".join(f"c.{_q(f.column)}" for f in _columns(Run))
     schedule_cols = ", ".join(f"s.{_q(f.column)}" for f in _columns(Schedule))
+    quick = "" if durable else _ASYNC_COMMIT
     return (
-        f"WITH picked AS (SELECT id, priority, available_at FROM {runs} "  # noqa: S608 - names and enum literals
+        f"WITH {quick}picked AS (SELECT id, priority, available_at FROM {runs} "  # noqa: S608 - names and enum literals
         f"WHERE state IN ({waiting}) AND available_at <= %(now)s{queue}{unpaused} "
         "ORDER BY priority DESC, available_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
         "ranked AS (SELECT id, row_number() OVER (ORDER BY priority DESC, available_at, id) AS n FROM picked), "
@@ -78,7 +88,8 @@ def _claim_sql(queues: int, excluded: int = 0) -> str:
         f"UNION ALL SELECT id, '{EventType.STARTED.value}', '', %(owner)s, attempts, %(now)s FROM "
         "(SELECT id, attempts, claim_order FROM claimed WHERE claim_order <= %(started)s ORDER BY claim_order) AS c2) "
         f"SELECT {run_cols}, {schedule_cols} FROM claimed AS c LEFT JOIN {schedules} AS s ON s.id = c.schedule_id "
-        "ORDER BY c.claim_order"
+        # The setting is made while the runs are returned (a claim that takes none writes nothing to wait for).
+        f"{'' if durable else 'CROSS JOIN quick '}ORDER BY c.claim_order"
     )
 
 
@@ -328,7 +339,9 @@ def claim_waiting(
         "owner": worker_id,
         "expires": now + timedelta(seconds=lease_seconds),
     }
+    # Its own transaction only: inside a caller's, ``synchronous_commit`` would hold for the caller's writes too.
+    durable = bool(conf.SYNCHRONOUS_CLAIMS) or connection.in_atomic_block
     with connection.cursor() as cursor:
-        cursor.execute(_claim_sql(len(queues), len(excluded)), params)
+        cursor.execute(_claim_sql(len(queues), len(excluded), durable), params)
         rows = cursor.fetchall()
     return runs_from_rows(rows)

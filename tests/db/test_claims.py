@@ -263,3 +263,48 @@ def test_sqlite_one_queue_claim_walks_the_claim_index_in_order_with_a_million_ru
             cursor.execute("ANALYZE sqlite_schema")
     assert "USING INDEX distsched_run_waiting (queue=?)" in plan, plan
     assert "available_at" not in plan and "TEMP B-TREE" not in plan, plan
+
+
+def _synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return str(cursor.fetchone()[0])
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("synchronous", [True, False])
+def test_a_claim_in_its_own_transaction_commits_without_waiting_for_the_disk_only_when_asked(
+    scheduler, clock, settings, synchronous
+):
+    """``SYNCHRONOUS_CLAIMS = False``: the claim's own transaction (autocommit: one statement) turns
+    ``synchronous_commit`` off for itself alone; the claim it makes is the same, committed, and the
+    connection's next transactions wait for the disk again."""
+    settings.DISTSCHED = {**settings.DISTSCHED, "SYNCHRONOUS_CLAIMS": synchronous}
+    _runs_and_events(scheduler, clock)
+    with CaptureQueriesContext(connection) as captured:
+        runs = claims.claim_waiting(
+            worker_id="w", queues=None, lease_seconds=30, now=clock.now(), limit=5, start_all=False
+        )
+    (statement,) = [q["sql"] for q in captured.captured_queries]
+    assert ("set_config('synchronous_commit', 'off', true)" in statement) is not synchronous
+    assert [r.priority for r in runs] == [20, 10, 10, 0, 0]
+    stored = dict(Run.objects.filter(pk__in=[r.pk for r in runs]).values_list("pk", "state"))
+    assert stored == {r.pk: r.state for r in runs}
+    assert RunEvent.objects.filter(run__in=runs, event_type="claimed", worker_id="w").count() == 5
+    assert _synchronous_commit() == "on"
+
+
+@pytest.mark.postgres
+def test_a_claim_inside_a_callers_transaction_never_turns_synchronous_commit_off(scheduler, clock, settings):
+    """The setting would hold for the caller's own writes too: inside ``atomic()`` the claim is durable."""
+    settings.DISTSCHED = {**settings.DISTSCHED, "SYNCHRONOUS_CLAIMS": False}
+    _runs_and_events(scheduler, clock)
+    with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+        runs = claims.claim_waiting(
+            worker_id="w", queues=None, lease_seconds=30, now=clock.now(), limit=2, start_all=False
+        )
+        assert _synchronous_commit() == "on"
+        transaction.set_rollback(True)
+    assert len(runs) == 2
+    assert "set_config" not in captured.captured_queries[0]["sql"]
