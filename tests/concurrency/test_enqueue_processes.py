@@ -28,17 +28,17 @@ ENQUEUER = textwrap.dedent(f"""
     from distsched_app.clock import system_clock
     from distsched_app.services.enqueue import Job, enqueue
 
-    ids = [enqueue(Job(task_name="tests.noop", args=[sys.argv[1], i]), now=system_clock.now()).pk for i in range({EACH})]
+    ids = [
+        enqueue(Job(task_name="tests.noop", args=[sys.argv[1], i]), now=system_clock.now()).pk for i in range({EACH})
+    ]
     print(" ".join(map(str, ids)), flush=True)
 """)
 
 
 def test_processes_enqueueing_at_once_get_distinct_runs_each_with_one_created_event():
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", ENQUEUER, f"p{i}"], cwd=ROOT, env=child_env(), stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        subprocess.Popen([sys.executable, "-c", ENQUEUER, f"p{i}"], cwd=ROOT, env=child_env(), **pipes)
         for i in range(PROCESSES)
     ]
     results = finish(procs, timeout=120)

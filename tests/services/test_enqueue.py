@@ -154,7 +154,10 @@ def test_an_enqueue_is_one_statement_but_sqlite_with_a_unique_key(clock, key, dj
         done = enqueue.enqueue(enqueue.Job(task_name="tests.noop", unique_key=key), now=clock.now(), message="m")
     [event] = RunEvent.objects.all()
     assert (event.run_id, event.event_type, event.message, event.created_at) == (
-        done.pk, EventType.CREATED, "m", clock.now()
+        done.pk,
+        EventType.CREATED,
+        "m",
+        clock.now(),
     )
 
 
