@@ -24,7 +24,7 @@ more than SQLite took to run them.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
@@ -234,26 +234,40 @@ def _claim_sqlite(
     excluded: list[str],
 ) -> list[Run]:
     expires = now + timedelta(seconds=lease_seconds)
+    pk, attempts = _run_column("id"), _run_column("attempts")
     with transaction.atomic():  # BEGIN IMMEDIATE: the write lock
-        claimed = lock_waiting(queues=queues, excluded=excluded, now=now, limit=limit)
-        if not claimed:
+        with connection.cursor() as cursor:
+            cursor.execute(*waiting_statement(queues=queues, excluded=excluded, now=now, limit=limit))
+            rows = cursor.fetchall()
+        if not rows:
             return []
-        started = claimed if start_all else claimed[:1]
-        mark_claimed(claimed, started=len(started), worker_id=worker_id, expires=expires, now=now)
-        entries = [(run, EventType.CLAIMED.value) for run in claimed]
-        entries += [(run, EventType.STARTED.value) for run in started]
+        ids = [row[pk] for row in rows]
+        started = len(rows) if start_all else 1
+        bulk.execute(_mark_sql("sqlite"), _mark_params(ids, started, worker_id=worker_id, expires=expires, now=now))
+        entries = [(row[pk], row[attempts] + 1, EventType.CLAIMED.value) for row in rows]
+        entries += [(row[pk], row[attempts] + 1, EventType.STARTED.value) for row in rows[:started]]
         bulk.insert_rows(
             RunEvent,
             {
-                "run": [run.pk for run, _ in entries],
-                "event_type": [kind for _, kind in entries],
+                "run": [run_id for run_id, _, _ in entries],
+                "event_type": [kind for _, _, kind in entries],
                 "message": [""] * len(entries),
                 "worker_id": [worker_id] * len(entries),
-                "attempt": [run.attempts for run, _ in entries],
+                "attempt": [attempt for _, attempt, _ in entries],
                 "created_at": [now] * len(entries),
             },
         )
+    # The instances are built after COMMIT: the write lock is held for the SQL only, not for
+    # the Python that turns rows into runs (other workers wait on that lock).
+    claimed = runs_from_rows(rows)
+    _mark_instances(claimed, started=started, worker_id=worker_id, expires=expires, now=now)
     return claimed
+
+
+@cache
+def _run_column(name: str) -> int:
+    """The position of the run's column ``name`` in the rows the waiting statement reads."""
+    return [f.column for f in _columns(Run)].index(name)
 
 
 @cache
@@ -268,30 +282,31 @@ def _mark_sql(vendor: str) -> str:
     )
 
 
-def mark_claimed(runs: Sequence[Run], *, started: int, worker_id: str, expires: datetime, now: datetime) -> None:
-    """The claim's one UPDATE of the runs it took (already locked, or under SQLite's write lock):
-    the first ``started`` of them ``running`` (started now), the others ``leased``; each owned by
-    ``worker_id`` until ``expires`` at its next attempt. The instances follow."""
-    statement = mark_statement(runs, started=started, worker_id=worker_id, expires=expires, now=now)
-    bulk.execute(statement.sql, statement.params)
-
-
 def mark_statement(
     runs: Sequence[Run], *, started: int, worker_id: str, expires: datetime, now: datetime
 ) -> bulk.Statement:
-    """``mark_claimed``'s UPDATE as a statement to write along the claim's events (one round trip
+    """The claim's one UPDATE of the runs it took (already locked): the first ``started`` of them
+    ``running`` (started now), the others ``leased``; each owned by ``worker_id`` until ``expires``
+    at its next attempt. As a statement to write along the claim's events (one round trip
     on PostgreSQL, ``events.record_many(along=...)``), not run here. The instances follow now."""
-    vendor = connection.vendor
-
-    def ids(rows: Sequence[Run]) -> list[int] | str:
-        keys = [r.pk for r in rows]
-        return keys if vendor == "postgresql" else json.dumps(keys)
-
-    first = ids(runs[:started])
-    adapt = connection.ops.adapt_datetimefield_value
     statement = bulk.Statement(
-        _mark_sql(vendor), [first, worker_id, adapt(expires), first, adapt(now), adapt(now), ids(runs)]
+        _mark_sql(connection.vendor),
+        _mark_params([r.pk for r in runs], started, worker_id=worker_id, expires=expires, now=now),
     )
+    _mark_instances(runs, started=started, worker_id=worker_id, expires=expires, now=now)
+    return statement
+
+
+def _mark_params(ids: list[int], started: int, *, worker_id: str, expires: datetime, now: datetime) -> list[Any]:
+    """``_mark_sql``'s parameters: the first ``started`` of ``ids`` run, the others are leased."""
+    adapt = connection.ops.adapt_datetimefield_value
+    as_array: Callable[[list[int]], Any] = (lambda keys: keys) if connection.vendor == "postgresql" else json.dumps
+    first = as_array(ids[:started])
+    return [first, worker_id, adapt(expires), first, adapt(now), adapt(now), as_array(ids)]
+
+
+def _mark_instances(runs: Sequence[Run], *, started: int, worker_id: str, expires: datetime, now: datetime) -> None:
+    """The instances as the claim's UPDATE left their rows."""
     for i, run in enumerate(runs):
         run.state = RunState.RUNNING if i < started else RunState.LEASED
         run.lease_owner = worker_id
@@ -301,7 +316,6 @@ def mark_statement(
         run.held_by = ""
         if i < started:
             run.started_at = now
-    return statement
 
 
 def claim_waiting(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection, transaction
 
 from distsched_app.backoff import RetryPolicy
 from distsched_app.errors import ValidationError
@@ -143,3 +144,34 @@ def test_a_queue_outside_the_backends_queues_is_refused_and_writes_nothing(clock
         task_name="tests.testapp.tasks.ft_add", now=clock.now(), message="ok", queue="urgent"
     )
     assert Run.objects.get(pk=done.pk).queue == "urgent"
+
+
+@pytest.mark.parametrize("key", ["", "k"])
+def test_an_enqueue_is_one_statement_but_sqlite_with_a_unique_key(clock, key, django_assert_num_queries):
+    """PostgreSQL: the function call. SQLite: one INSERT into the enqueue view (migration 0028),
+    whose trigger writes the run and its event; with a key, the run's INSERT then the event's."""
+    with django_assert_num_queries(2 if key and connection.vendor == "sqlite" else 1):
+        done = enqueue.enqueue(enqueue.Job(task_name="tests.noop", unique_key=key), now=clock.now(), message="m")
+    [event] = RunEvent.objects.all()
+    assert (event.run_id, event.event_type, event.message, event.created_at) == (
+        done.pk,
+        EventType.CREATED,
+        "m",
+        clock.now(),
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_enqueue_outside_a_transaction_commits_the_run_with_its_event(clock):
+    assert connection.get_autocommit() and not connection.in_atomic_block
+    done = enqueue.enqueue(enqueue.Job(task_name="tests.noop"), now=clock.now())
+    assert not connection.in_atomic_block
+    assert list(RunEvent.objects.values_list("run_id", "event_type")) == [(done.pk, EventType.CREATED)]
+    assert Run.objects.get().idempotency_key == f"enqueued:{done.pk}"
+
+
+def test_a_rolled_back_caller_keeps_neither_the_run_nor_its_event(clock):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        enqueue.enqueue(enqueue.Job(task_name="tests.noop"), now=clock.now())
+        raise RuntimeError
+    assert not Run.objects.exists() and not RunEvent.objects.exists()
