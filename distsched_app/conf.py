@@ -39,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "SYNCHRONOUS_CLAIMS": True,
     "TASK_REQUIRES": {},
     "LIMITS": {},
+    "LIMIT_STRIPE_MIN_CONCURRENCY": 512,
     "SCHEDULES": None,  # None: no schedule is declared in code (apply changes nothing); {}: none is
     "TASK_OPTIONS": {},
     "LEADER_LEASE_SECONDS": 15,
@@ -68,6 +69,7 @@ RANGES: dict[str, tuple[type, float, float]] = {
     "PREFETCH": (int, 1, 1000),
     "METRICS_MAX_QUEUES": (int, 1, 10_000),
     "LEADER_LEASE_SECONDS": (float, 3, 3600),
+    "LIMIT_STRIPE_MIN_CONCURRENCY": (int, 1, 1_000_000),
 }
 CHOICES: dict[str, tuple[object, ...]] = {
     "CATCH_UP": ("skip", "one", "all"),

@@ -30,6 +30,9 @@ if os.environ.get("DISTSCHED_TEST_TASK_REQUIRES"):
 # bench/limits.py: their DISTSCHED["LIMITS"], as JSON.
 if os.environ.get("DISTSCHED_TEST_LIMITS"):
     DISTSCHED["LIMITS"] = json.loads(os.environ["DISTSCHED_TEST_LIMITS"])
+# ... and the cap from which a limit is split over lock stripes (a small one, to make a striped limit bind).
+if os.environ.get("DISTSCHED_TEST_LIMIT_STRIPE_MIN_CONCURRENCY"):
+    DISTSCHED["LIMIT_STRIPE_MIN_CONCURRENCY"] = int(os.environ["DISTSCHED_TEST_LIMIT_STRIPE_MIN_CONCURRENCY"])
 # Real worker processes of the timeout tests (tests/concurrency/test_task_timeout.py): TASK_OPTIONS, as JSON.
 if os.environ.get("DISTSCHED_TEST_TASK_OPTIONS"):
     DISTSCHED["TASK_OPTIONS"] = json.loads(os.environ["DISTSCHED_TEST_TASK_OPTIONS"])

@@ -14,7 +14,8 @@ applies them, in the claim's transaction and the transactions that end a holder.
   the admitted attempt with a live lease. A dead worker's slot frees when its lease expires;
   nothing else expires and nothing is a counter.
 - **Stripes** (PostgreSQL): a large concurrency cap of an unpartitioned limit (``striped``: at
-  least ``STRIPE_MIN_SHARE`` slots per stripe, no total, rate, per-worker cap or fairness) is
+  least ``DISTSCHED["LIMIT_STRIPE_MIN_CONCURRENCY"]``, 512 by default, and no total, rate,
+  per-worker cap or fairness) is
   split over ``db.admission.STRIPES`` lock stripes, stripe i owning ``stripe_share(cap, i)``
   slots (the shares sum to the cap). A claim locks one free stripe (without waiting) instead of
   the partition's row and admits while that stripe's holds are below its share, every stripe
@@ -52,6 +53,7 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import Count, F, Q
 
 from ..clock import iso_utc
+from ..conf import conf
 from ..db import admission, bulk, holds, locks, notify
 from ..models import LEASED_STATES, EventType, Limit, LimitHold, LimitPartition, Run, RunState
 from . import events
@@ -187,10 +189,6 @@ class _Partition:
     dirty: bool = False
 
 
-# A concurrency cap is split over lock stripes only when each stripe gets at least this many slots.
-STRIPE_MIN_SHARE = 64
-
-
 def striped(spec: rules.LimitSpec) -> bool:
     """Whether the limit's partition is striped where rows are locked (see the module docstring):
     decided from the declaration alone, so every claim of one deploy agrees."""
@@ -198,10 +196,11 @@ def striped(spec: rules.LimitSpec) -> bool:
 
 
 def _concurrency_only(numbers: rules.Numbers) -> bool:
-    """A concurrency cap of at least ``STRIPE_MIN_SHARE`` slots per stripe and nothing else."""
+    """A concurrency cap of at least ``LIMIT_STRIPE_MIN_CONCURRENCY`` and nothing else. (Below 8 slots
+    some stripes own none: a claim that tries one of those takes the whole-limit path.)"""
     return (
         numbers.concurrency is not None
-        and numbers.concurrency >= admission.STRIPES * STRIPE_MIN_SHARE
+        and numbers.concurrency >= conf.LIMIT_STRIPE_MIN_CONCURRENCY
         and numbers.total is None
         and numbers.rate is None
         and numbers.local is None

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, F
 
 from distsched_app.backoff import RetryPolicy
 from distsched_app.models import EventType, LimitAction, LimitEvent, Run, RunEvent, RunState
@@ -57,9 +57,9 @@ WORKER_ARGS = (f"--poll-interval={POLL}",)
 class Workers:
     """Real ``runworker`` children with the test's LIMITS; output to one log file each."""
 
-    def __init__(self, directory: Path, limits: dict) -> None:
+    def __init__(self, directory: Path, limits: dict, **env: str) -> None:
         self.directory = directory
-        self.env = child_env(DISTSCHED_TEST_LIMITS=json.dumps(limits))
+        self.env = child_env(DISTSCHED_TEST_LIMITS=json.dumps(limits), **env)
         self.procs: dict[str, subprocess.Popen] = {}
         self.killed: set[str] = set()
 
@@ -104,9 +104,14 @@ def workers(settings, tmp_path) -> Iterator:
     """``workers(limits)``: declares the limits here and returns a ``Workers`` for them."""
     made: list[Workers] = []
 
-    def make(limits: dict) -> Workers:
+    def make(limits: dict, *, stripe_from: int | None = None) -> Workers:
+        """``stripe_from``: ``LIMIT_STRIPE_MIN_CONCURRENCY`` here and in the workers."""
         settings.DISTSCHED = {**settings.DISTSCHED, "LIMITS": limits}
-        made.append(Workers(tmp_path, limits))
+        env = {}
+        if stripe_from is not None:
+            settings.DISTSCHED = {**settings.DISTSCHED, "LIMIT_STRIPE_MIN_CONCURRENCY": stripe_from}
+            env["DISTSCHED_TEST_LIMIT_STRIPE_MIN_CONCURRENCY"] = str(stripe_from)
+        made.append(Workers(tmp_path, limits, **env))
         return made[-1]
 
     yield make
@@ -236,6 +241,52 @@ def test_four_workers_admit_under_a_large_limit_side_by_side_through_its_lock_st
         assert len(stripes) >= 2, seen  # workers admitted under different stripes
     else:
         assert stripes <= {0}  # SQLite's claim holds the write lock: nothing is striped
+
+
+def test_a_small_striped_limit_holds_across_four_workers_with_two_threads_each_and_is_reached(workers):
+    """A limit of 3 striped (``LIMIT_STRIPE_MIN_CONCURRENCY`` lowered to 3 in every process): on
+    PostgreSQL its cap is split over the lock stripes (shares 1, 1, 1 and five of 0), so workers
+    admit under one stripe each, in one round trip, and go through the whole limit when their
+    stripe is taken. Four workers x two threads never run more than 3 bodies at once, do run 3,
+    and the limit binds (runs blocked); no stripe ever holds more than its share."""
+    from distsched_app.db import admission
+    from distsched_app.models import LimitHold
+    from distsched_app.services.limit_rules import declared
+    from distsched_app.services.limits import stripe_share, striped
+
+    group = workers({"trio": {"task": "tests.record", "concurrency": 3}}, stripe_from=3)
+    assert striped(declared()["trio"])
+    ids = add("tests.record", 30, sleep=0.15)
+    free = add("tests.noop", 20)  # unlimited runs alongside
+    group.start(4, "--concurrency=2")
+    per_stripe: Counter[int] = Counter()
+    try:
+        deadline = time.monotonic() + BOOT
+        while succeeded(ids) < len(ids) and time.monotonic() < deadline:
+            live = Counter(
+                LimitHold.objects.filter(run__state__in=["leased", "running"], run__attempts=F("attempt")).values_list(
+                    "stripe", flat=True
+                )
+            )
+            for stripe, n in live.items():
+                per_stripe[stripe] = max(per_stripe[stripe], n)
+            time.sleep(0.02)
+        wait_succeeded(ids + free, group, timeout=BOOT)
+    finally:
+        group.stop()
+    items = spans(ids)
+    peak = max_overlap(items)
+    report(f"striped limit 3, 4 workers x 2 threads: peak overlap {peak}, most holds per stripe {dict(per_stripe)}")
+    assert peak <= 3, [s for s in items if overlapping_at(items, s.start) > 3]
+    assert peak == 3, "the limit never had all its slots in use"
+    assert RunEvent.objects.filter(run_id__in=ids, event_type=EventType.BLOCKED).exists(), "the limit never bound"
+    assert Execution.objects.filter(run_id__in=ids).count() == len(ids)  # each ran once
+    if connection.vendor == "postgresql":
+        assert all(n <= stripe_share(3, stripe) for stripe, n in per_stripe.items()), per_stripe
+        assert set(per_stripe) <= {0, 1, 2} and len(per_stripe) >= 2, per_stripe
+        assert admission.STRIPES == 8
+    else:
+        assert set(per_stripe) <= {0}  # SQLite's claim holds the write lock: nothing is striped
 
 
 def test_a_per_key_limit_never_overlaps_one_key_but_overlaps_different_keys(workers):

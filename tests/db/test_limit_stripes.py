@@ -1,7 +1,7 @@
 """Striped admission (``services.limits``, ``db.admission``): a large unpartitioned concurrency cap
 split over lock stripes on PostgreSQL, each stripe admitting up to its share under its own lock.
 
-The tests lower ``STRIPE_MIN_SHARE`` to 1 so that a cap of 8 is striped (8 stripes of one slot
+The tests lower ``LIMIT_STRIPE_MIN_CONCURRENCY`` to 8 so that a cap of 8 is striped (8 stripes of one slot
 each), where every share is used up at once and the whole-limit path is exercised too. What
 must hold: the limit is never exceeded (racing claims on their own connections, a lowered cap
 whose stripes are over their new shares), a run beyond the cap is blocked and let through when
@@ -28,10 +28,13 @@ CAP = 8
 
 
 @pytest.fixture
-def striped(settings, monkeypatch):
+def striped(settings):
     """A concurrency-``CAP`` limit on ``tests.echo``, striped (one slot per stripe) on PostgreSQL."""
-    monkeypatch.setattr(limits, "STRIPE_MIN_SHARE", 1)
-    settings.DISTSCHED = {**settings.DISTSCHED, "LIMITS": {"wide": {"task": "tests.echo", "concurrency": CAP}}}
+    settings.DISTSCHED = {
+        **settings.DISTSCHED,
+        "LIMITS": {"wide": {"task": "tests.echo", "concurrency": CAP}},
+        "LIMIT_STRIPE_MIN_CONCURRENCY": 8,
+    }
     limits._expected.clear()
     yield
     limits._expected.clear()
