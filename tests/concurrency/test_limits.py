@@ -192,6 +192,18 @@ def report(text: str) -> None:
 # -- concurrency -----------------------------------------------------------------------------------
 
 
+def assert_reached_never_exceeded(ids: list[int], cap: int, label: str) -> None:
+    """The runs of a concurrency-``cap`` limit never overlapped more than ``cap`` deep, did reach
+    it, were blocked at least once (the limit bound) and each ran once."""
+    items = spans(ids)
+    peak = max_overlap(items)
+    report(f"{label}: peak overlap {peak}, {len(items)} runs")
+    assert peak <= cap, [s for s in items if overlapping_at(items, s.start) > cap]
+    assert peak == cap, "the limit never had all its slots in use"
+    assert RunEvent.objects.filter(run_id__in=ids, event_type=EventType.BLOCKED).exists(), "the limit never bound"
+    assert Execution.objects.filter(run_id__in=ids).count() == len(ids)  # each ran once
+
+
 def test_a_global_concurrency_limit_holds_across_four_workers_with_two_threads_each(workers):
     group = workers({"pair": {"task": "tests.record", "concurrency": 2}})
     ids = add("tests.record", 24, sleep=0.15)
@@ -201,13 +213,7 @@ def test_a_global_concurrency_limit_holds_across_four_workers_with_two_threads_e
         wait_succeeded(ids + free, group, timeout=BOOT)
     finally:
         group.stop()
-    items = spans(ids)
-    peak = max_overlap(items)
-    report(f"concurrency 2, 4 workers x 2 threads: peak overlap {peak}, {len(items)} runs")
-    assert peak <= 2, [s for s in items if overlapping_at(items, s.start) > 2]
-    assert peak == 2, "the limit never had both slots in use"
-    assert RunEvent.objects.filter(run_id__in=ids, event_type=EventType.BLOCKED).exists(), "the limit never bound"
-    assert Execution.objects.filter(run_id__in=ids).count() == len(ids)  # each ran once
+    assert_reached_never_exceeded(ids, 2, "concurrency 2, 4 workers x 2 threads")
 
 
 def test_four_workers_admit_under_a_large_limit_side_by_side_through_its_lock_stripes(workers):
@@ -274,13 +280,9 @@ def test_a_small_striped_limit_holds_across_four_workers_with_two_threads_each_a
         wait_succeeded(ids + free, group, timeout=BOOT)
     finally:
         group.stop()
-    items = spans(ids)
-    peak = max_overlap(items)
-    report(f"striped limit 3, 4 workers x 2 threads: peak overlap {peak}, most holds per stripe {dict(per_stripe)}")
-    assert peak <= 3, [s for s in items if overlapping_at(items, s.start) > 3]
-    assert peak == 3, "the limit never had all its slots in use"
-    assert RunEvent.objects.filter(run_id__in=ids, event_type=EventType.BLOCKED).exists(), "the limit never bound"
-    assert Execution.objects.filter(run_id__in=ids).count() == len(ids)  # each ran once
+    assert_reached_never_exceeded(
+        ids, 3, f"striped limit 3, 4 workers x 2 threads (most holds per stripe {dict(per_stripe)})"
+    )
     if connection.vendor == "postgresql":
         assert all(n <= stripe_share(3, stripe) for stripe, n in per_stripe.items()), per_stripe
         assert set(per_stripe) <= {0, 1, 2} and len(per_stripe) >= 2, per_stripe
