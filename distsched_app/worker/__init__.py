@@ -23,11 +23,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.backends.signals import connection_created
 
 from ..clock import Clock, SystemClock, current_clock
 from ..conf import RANGES, conf
-from ..db import sqlite_begin
 from ..models import Run
 from ..registry import TaskRegistry
 from ..registry import registry as default_registry
@@ -82,10 +80,6 @@ def default_prefetch() -> int:
     return int(conf.PREFETCH)
 
 
-def _spinning_begin(sender: Any, connection: Any, **kwargs: Any) -> None:
-    sqlite_begin.install(connection)
-
-
 def _option(value: float | None, setting: str, field: str) -> float:
     """A worker option, or its setting's value, within the setting's range (``conf.RANGES``)."""
     kind, low, high = RANGES[setting]
@@ -134,9 +128,6 @@ class Worker:
         )
         self.with_tick = with_tick
         self.prefetch = int(_option(prefetch if prefetch is not None else default_prefetch(), "PREFETCH", "prefetch"))
-        if connection.vendor == "sqlite":  # every connection of this process, each thread's own
-            connection_created.connect(_spinning_begin, weak=False, dispatch_uid="distsched-spinning-begin")
-            sqlite_begin.install(connection)
         self.concurrency = bounded_int(concurrency, field="concurrency", low=1, high=MAX_CONCURRENCY)
         self.clock = clock or current_clock()
         self.registry = registry or default_registry
