@@ -368,23 +368,25 @@ def control_share(alone: dict[str, Any]) -> float:
 
 
 def burn(cores: float) -> int:
-    """A ``--burn`` child: busy-loop ``cores`` of one core (at most 1), duty-cycled over 10 ms
-    periods of CPU time, touching no database, until terminated."""
+    """A ``--burn`` child: burn ``cores`` of one core (at most 1) of CPU time, touching no database,
+    until terminated. It keeps a debt (its CPU time against ``cores`` x the wall time since it
+    started) and spins in 1 ms slices while in debt, else sleeps 1 ms: time lost while descheduled
+    is made up, as the fleet's operations that came due are done late rather than dropped."""
     share = min(1.0, max(0.0, cores))
-    period = 0.01
+    wall0, cpu0 = time.monotonic(), time.process_time()
     while True:
-        start = time.monotonic()
-        busy_until = time.process_time() + share * period
-        while time.process_time() < busy_until and time.monotonic() - start < period:
-            pass
-        rest = period - share * period
-        if rest > 0:
-            time.sleep(rest)
+        if time.process_time() - cpu0 < share * (time.monotonic() - wall0):
+            until = time.process_time() + 0.001
+            while time.process_time() < until:
+                pass
+        else:
+            time.sleep(0.001)
 
 
 def start_burners(cores: float) -> list[subprocess.Popen]:
-    """Enough ``--burn`` children (one per started core) to burn ``cores`` between them."""
-    count = max(1, int(-(-cores // 1)))
+    """``--burn`` children (one per half core started, as the fleet's CPU is spread over many
+    processes) to burn ``cores`` between them."""
+    count = max(1, int(-(-cores // 0.5)))
     return [
         subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--db", "postgres", "--burn", f"{share}"])
         for share in [cores / count] * count
