@@ -76,10 +76,14 @@ def main() -> int:
     p.add_argument("--warmup", type=float, default=20.0, help="Fleet running before measuring (backoff settles).")
     p.add_argument("--repeat", type=int, default=3, help="Drain pairs (without, with the fleet); medians.")
     p.add_argument("--no-listen", action="store_true", help="Idle workers poll: no listener wakes them.")
+    p.add_argument("--no-control", action="store_true", help="Skip the CPU control leg.")
     p.add_argument("--simulate", type=str, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--burn", type=float, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.simulate is not None:
         return asyncio.run(simulate(args.simulate))
+    if args.burn is not None:
+        return burn(args.burn)
     if args.db != "postgres":
         raise SystemExit("thousand_workers measures PostgreSQL (--db postgres)")
     args.busy = args.workers // 2 if args.busy is None else min(args.busy, args.workers)
@@ -95,7 +99,7 @@ def main() -> int:
 def measure(args: argparse.Namespace) -> int:
     plans = set_up_fleet(args)
     sampler = CpuSampler()
-    drains: dict[str, list[dict[str, float]]] = {"without": [], "with": []}
+    drains: dict[str, list[dict[str, float]]] = {"without": [], "with": [], "control": []}
     fleet: list[Simulator] = []
     try:
         for _ in range(args.repeat):
@@ -108,6 +112,8 @@ def measure(args: argparse.Namespace) -> int:
                 resume(fleet)
             drains["with"].append(drain(args, sampler, "with"))
             pause(fleet)
+            if not args.no_control:  # the same CPU as the fleet, no database: what CPU sharing alone costs
+                drains["control"].append(drain(args, sampler, "control", burn_cores=control_share(alone)))
     finally:
         stop_fleet(fleet)
         sampler.stop()
@@ -356,8 +362,42 @@ def fleet_window(args: argparse.Namespace, sampler: CpuSampler, fleet: list[Simu
     return {**rates(before, after), "ops": ops, "cpu_simulators": simulators}
 
 
-def drain(args: argparse.Namespace, sampler: CpuSampler, phase: str) -> dict[str, float]:
-    """``--real-workers`` real workers drain ``--runs`` no-op runs of ``default``."""
+def control_share(alone: dict[str, Any]) -> float:
+    """The CPU (in cores) the fleet took on this machine: its simulators and its database backends."""
+    return float(alone["cpu_simulators"] + alone["cpu_ours"])
+
+
+def burn(cores: float) -> int:
+    """A ``--burn`` child: burn ``cores`` of one core (at most 1) of CPU time, touching no database,
+    until terminated. It keeps a debt (its CPU time against ``cores`` x the wall time since it
+    started) and spins in 1 ms slices while in debt, else sleeps 1 ms: time lost while descheduled
+    is made up, as the fleet's operations that came due are done late rather than dropped."""
+    share = min(1.0, max(0.0, cores))
+    wall0, cpu0 = time.monotonic(), time.process_time()
+    while True:
+        if time.process_time() - cpu0 < share * (time.monotonic() - wall0):
+            until = time.process_time() + 0.001
+            while time.process_time() < until:
+                pass
+        else:
+            time.sleep(0.001)
+
+
+def start_burners(cores: float) -> list[subprocess.Popen]:
+    """``--burn`` children to burn ``cores`` between them, one per tenth of a core started: the
+    fleet's CPU is spread over dozens of processes (its backends, the simulators), and the kernel
+    shares a core per process, so one busy process beside the real workers gets far less than
+    its target (0.18 of 0.44 cores measured)."""
+    count = max(1, int(-(-cores // 0.1)))
+    return [
+        subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--db", "postgres", "--burn", f"{share}"])
+        for share in [cores / count] * count
+    ]
+
+
+def drain(args: argparse.Namespace, sampler: CpuSampler, phase: str, *, burn_cores: float = 0.0) -> dict[str, float]:
+    """``--real-workers`` real workers drain ``--runs`` no-op runs of ``default`` (beside
+    ``burn_cores`` of busy-looping processes, for the control leg)."""
     from django.db.models import Max, Min
 
     from distsched_app.models import Run
@@ -365,7 +405,9 @@ def drain(args: argparse.Namespace, sampler: CpuSampler, phase: str) -> dict[str
     Run.objects.filter(queue="default").delete()
     c.seed_due_runs(args.runs, prefix=f"{phase}{random.randrange(10**9)}")
     c.analyze()
-    before = sampler.snapshot()
+    burners = start_burners(burn_cores) if burn_cores > 0 else []
+    time.sleep(1.0 if burners else 0.0)  # their interpreters started: they burn from here
+    before, burnt_before = sampler.snapshot(), process_cpu([b.pid for b in burners])
     procs = [
         c.spawn(
             c.worker_command(worker_id=f"real-{phase}-{i}", poll_interval=0.05, burst=True, extra=[]),
@@ -377,11 +419,22 @@ def drain(args: argparse.Namespace, sampler: CpuSampler, phase: str) -> dict[str
     c.wait_for(lambda: done() >= args.runs or all(p.poll() is not None for p in procs), timeout=900, interval=0.2)
     for proc in procs:
         proc.wait(timeout=60)
+    burnt = process_cpu([b.pid for b in burners]) - burnt_before
+    for b in burners:
+        b.terminate()
+    for b in burners:
+        b.wait(timeout=30)
     time.sleep(1.2)  # backends report their statistics at most once a second (and at exit)
     after = sampler.snapshot()
     span = Run.objects.filter(queue="default", state="succeeded").aggregate(a=Min("started_at"), b=Max("finished_at"))
     seconds = (span["b"] - span["a"]).total_seconds()
-    return {"runs_per_s": done() / seconds, **rates(before, after)}
+    burn_seconds = after["t"] - before["t"] - 1.2
+    return {
+        "runs_per_s": done() / seconds,
+        **rates(before, after),
+        "burn_target": burn_cores,
+        "burnt_cores": burnt / burn_seconds if burners else 0.0,
+    }
 
 
 # -- what the database did ------------------------------------------------------------------------
@@ -506,10 +559,16 @@ def report(args: argparse.Namespace, drains: dict[str, list[dict[str, float]]], 
     def median(phase: str, key: str) -> float:
         return statistics.median(r[key] for r in drains[phase])
 
+    phases = ("without", "control", "with") if drains["control"] else ("without", "with")
+    names = {
+        "without": "drain, nothing beside",
+        "control": "drain, CPU control beside",
+        "with": "drain, the fleet beside",
+    }
     rows = [
-        [f"drain, {phase} the fleet", median(phase, "runs_per_s"), median(phase, "tps"),
+        [names[phase], median(phase, "runs_per_s"), median(phase, "tps"),
          median(phase, "cpu_ours"), median(phase, "cpu_all")]
-        for phase in ("without", "with")
+        for phase in phases
     ] + [["the fleet alone", "-", alone["tps"], alone["cpu_ours"], alone["cpu_all"]]]  # fmt: skip
     print(f"the simulators' own CPU over the fleet window: {alone['cpu_simulators']:.2f} cores (a share of the "
           f"{os.cpu_count()} this machine's real workers and database also need)")  # fmt: skip
@@ -518,10 +577,32 @@ def report(args: argparse.Namespace, drains: dict[str, list[dict[str, float]]], 
     ratios = [w["runs_per_s"] / o["runs_per_s"] for o, w in zip(drains["without"], drains["with"], strict=True)]
     print(f"\nclaim throughput with the fleet / without: {statistics.median(ratios):.2f} (each pair: "
           f"{', '.join(f'{r:.2f}' for r in ratios)})")  # fmt: skip
+    control: list[float] = []
+    beyond: list[float] = []
+    if drains["control"]:
+        pairs = zip(drains["without"], drains["control"], drains["with"], strict=True)
+        control = [k["runs_per_s"] / o["runs_per_s"] for o, k, _ in pairs]
+        beyond = [w["runs_per_s"] / k["runs_per_s"] for k, w in zip(drains["control"], drains["with"], strict=True)]
+        print(f"the CPU control: {control_share(alone):.2f} cores targeted (the simulators "
+              f"{alone['cpu_simulators']:.2f} + the fleet's backends {alone['cpu_ours']:.2f}), "
+              f"{median('control', 'burnt_cores'):.2f} burnt (median)")  # fmt: skip
+        print(f"claim throughput with the CPU control / without: {statistics.median(control):.2f} (each: "
+              f"{', '.join(f'{r:.2f}' for r in control)})")  # fmt: skip
+        print(f"the fleet's cost beyond its CPU share, with the fleet / with the control: "
+              f"{statistics.median(beyond):.2f} "
+              f"(each: {', '.join(f'{r:.2f}' for r in beyond)})")  # fmt: skip
     c.write_results(
         NAME,
         args,
-        {"drains": drains, "fleet_alone": alone, "ratios": ratios, "reached": reached, "nominal_xacts": NOMINAL_XACTS},
+        {
+            "drains": drains,
+            "fleet_alone": alone,
+            "ratios": ratios,
+            "control_ratios": control,
+            "beyond_cpu_ratios": beyond,
+            "reached": reached,
+            "nominal_xacts": NOMINAL_XACTS,
+        },
     )
 
 

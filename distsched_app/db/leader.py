@@ -125,6 +125,12 @@ def holds(term: Term) -> bool:
         return cursor.fetchone() is not None
 
 
+def live_subquery() -> str:
+    """``SELECT 1`` when the role's lease is live by the database's clock (one ``%s``: the role),
+    for a caller to embed in an ``EXISTS`` of a statement of its own (``services.chore_look``)."""
+    return f"SELECT 1 FROM {bulk.table(Leader)} WHERE role = %s AND expires_at > {_now()}"  # noqa: S608 - a table name and SQL functions
+
+
 def live(role: str) -> tuple[Leader, bool] | None:
     """The role's row and whether its lease is live by the database's clock; None if never elected."""
     sql = (

@@ -221,10 +221,15 @@ def _free(now: datetime) -> Q:
     return Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now)
 
 
+def free_to_take(now: datetime) -> QuerySet[BulkAction]:
+    """Unfinished jobs whose lease is free or has run out at ``now``: what ``acquire`` takes."""
+    return unfinished().filter(_free(now))
+
+
 def acquire(owner: str, now: datetime, *, job_id: int | None = None) -> BulkAction | None:
     """Take the oldest unfinished job whose lease is free or has run out (or job ``job_id``):
     a conditional UPDATE, so of two processors asking at once exactly one gets it."""
-    candidates = unfinished().filter(_free(now))
+    candidates = free_to_take(now)
     if job_id is not None:
         candidates = candidates.filter(pk=job_id)
     for pk in candidates.values_list("pk", flat=True)[:10]:

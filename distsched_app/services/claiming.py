@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from django.db import transaction
-from django.db.models import F, Min
+from django.db import connection, transaction
+from django.db.models import F
 
 from .. import tracing
 from ..clock import iso_utc
@@ -317,9 +317,28 @@ def next_due(
     queues = list(queues) if queues else None
     excluded = sorted({*capability_service.excluded_tasks(capabilities), *skip_tasks})
     runs = Run.objects.claimable(datetime.max.replace(tzinfo=timezone.utc), queues, excluded).order_by()
-    schedules = Schedule.objects.filter(paused=False, next_run_at__isnull=False)
+    schedules = Schedule.objects.filter(paused=False, next_run_at__isnull=False).order_by()
     if queues:
         schedules = schedules.filter(queue__in=queues)
-    return NextDue(
-        run=runs.aggregate(at=Min("available_at"))["at"], schedule=schedules.aggregate(at=Min("next_run_at"))["at"]
+    # Both minimums in one statement (one round trip, one transaction per idle poll instead of two):
+    # each is the MIN of its filtered rows, as ``aggregate(Min(...))`` would ask it.
+    run_sql, run_params = runs.values("available_at").query.sql_with_params()
+    schedule_sql, schedule_params = schedules.values("next_run_at").query.sql_with_params()
+    sql = (
+        f"SELECT (SELECT MIN(r.available_at) FROM ({run_sql}) r),"  # noqa: S608 - the ORM's own SQL
+        f" (SELECT MIN(s.next_run_at) FROM ({schedule_sql}) s)"
     )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*run_params, *schedule_params])
+        run_at, schedule_at = cursor.fetchone()
+    return NextDue(run=_instant(run_at), schedule=_instant(schedule_at))
+
+
+def _instant(value: object) -> datetime | None:
+    """A raw cursor's datetime column: PostgreSQL gives an aware datetime, SQLite the text Django
+    stored (UTC), None when no row matched."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+    return datetime.fromisoformat(str(value)).replace(tzinfo=timezone.utc)

@@ -24,8 +24,7 @@ from ..context import RunContext
 from ..db.retry import Backoff, is_transient, reset_connection, retry_transient
 from ..models import Run, WorkerStatus
 from ..services import bulk as bulk_service
-from ..services import claiming, workers, workflow_release
-from ..services import leader as leader_service
+from ..services import chore_look, claiming, workers, workflow_release
 from ..services import limits as limit_service
 from ..services import runs as run_service
 from ..services import tick as tick_service
@@ -53,6 +52,8 @@ CANCEL_PROBE_SECONDS = 1.0
 # Bulk actions: at most this long per loop turn while one is unfinished; else a look this often.
 BULK_BUDGET_SECONDS = 0.5
 BULK_IDLE_SECONDS = 5.0
+# ``maybe_sweep`` and ``maybe_bulk`` run back to back: a look this recent serves both.
+LOOK_REUSE_SECONDS = 1.0
 
 
 class Pace:
@@ -83,6 +84,11 @@ class Loop:
         # Monotonic time of the next look for bulk actions to work on (``maybe_bulk``).
         self._next_bulk = 0.0
         self._next_workflow_sweep = 0.0
+        # The last chore look (``chore_look.look``: a live leader? a bulk action waiting?) and when.
+        self._look: chore_look.ChoreLook | None = None
+        self._look_at = float("-inf")
+        # A bulk action was left unfinished by the last turn's budget: go on without looking.
+        self._bulk_more = False
         # Woken by a notification: the next claim goes straight for the waiting runs (one
         # statement on PostgreSQL); lease recovery follows when due (``claim``).
         self.woken = False
@@ -278,16 +284,38 @@ class Loop:
         backoff.reset()
         return runs
 
+    def chores(self) -> chore_look.ChoreLook | None:
+        """The look for chores both ``maybe_sweep`` and ``maybe_bulk`` use: one statement (a live
+        leader? a bulk action waiting?), taken again when the last is older than ``LOOK_REUSE_SECONDS``.
+        None if it failed (logged): then each chore does what it did before looks existed."""
+        if self._look is not None and time.monotonic() - self._look_at < LOOK_REUSE_SECONDS:
+            return self._look
+        w = self.worker
+        try:
+            self._look = chore_look.look(w.clock.now())
+        except Exception as exc:  # noqa: BLE001 - a look never stops claims (a table not migrated yet, say)
+            w.log(logging.WARNING, "error looking for chores; trying again later", error=describe_exception(exc))
+            if is_transient(exc):
+                reset_connection()
+            self._look = None
+            return None
+        self._look_at = time.monotonic()
+        return self._look
+
     def maybe_sweep(self) -> None:
         """Every few seconds: let through runs a missed release left blocked (the safety net of
         flow control and overlap=replace), and end expired limit overrides. A chore of the
-        leader (``leader_chores``): a worker does it itself only while no process leads."""
+        leader (``leader_chores``): a worker does it itself only while no process leads (the
+        shared look, ``chores``, says so; a failed look sweeps, as if nobody led)."""
         if time.monotonic() < self._next_sweep:
             return
         # An idle worker backing off its polls (``pacing.IdleBackoff``) looks as rarely: at a thousand
         # workers these looks cost more than the heartbeats.
         self._next_sweep = time.monotonic() + max(limit_service.SWEEP_SECONDS, self.idle.current)
-        if self.leadership is not None or leader_service.someone_leads():
+        if self.leadership is not None:
+            return
+        look = self.chores()
+        if look is not None and look.leader_live:
             return
         limit_service.sweep(self.worker.clock.now())
         if time.monotonic() >= self._next_workflow_sweep:  # workflow nodes a missed transition left waiting
@@ -296,12 +324,18 @@ class Loop:
 
     def maybe_bulk(self) -> None:
         """Work on operators' bulk actions (``services.bulk``) for at most ``BULK_BUDGET_SECONDS``
-        per loop: again at the next turn while one is unfinished, else look every ``BULK_IDLE_SECONDS``.
+        per loop: again at the next turn while one is unfinished, else look every ``BULK_IDLE_SECONDS``
+        (the shared look, ``chores``: nothing more is asked when no action waits).
         An error is logged and tried again later, never passed on: claims go on whatever happens here."""
         if time.monotonic() < self._next_bulk:
             return
         w = self.worker
         self._next_bulk = time.monotonic() + max(BULK_IDLE_SECONDS, self.idle.current)
+        if not self._bulk_more:
+            look = self.chores()
+            if look is not None and not look.bulk_waiting:
+                return
+        self._bulk_more = False
         try:
             done = bulk_service.process_bulk_actions(w.clock, owner=w.worker_id, budget_seconds=BULK_BUDGET_SECONDS)
         except Exception as exc:  # noqa: BLE001 - bulk work never stops claims (a table not migrated yet, say)
@@ -311,6 +345,7 @@ class Loop:
             return
         if done.more:
             self._next_bulk = 0.0
+            self._bulk_more = True
 
     def maybe_tick(self, force: bool = False) -> None:
         w = self.worker

@@ -306,6 +306,8 @@ def test_an_error_in_bulk_work_never_stops_the_worker_loop(clock, monkeypatch, c
     def broken(*args, **kwargs):
         raise RuntimeError("no such table: distsched_app_bulkaction")
 
+    make_runs(2, now=clock.now())
+    bulk.create_bulk_action(action="requeue", filter={"state": "dead"}, now=clock.now())  # one waits
     monkeypatch.setattr(bulk, "process_bulk_actions", broken)
     worker = Worker(worker_id="w-bulk", clock=clock, heartbeat_seconds=3600)
     worker.loop.maybe_bulk()  # logged, not raised
