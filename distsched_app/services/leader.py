@@ -251,8 +251,3 @@ def status(role: str = ROLE) -> LeaderStatus:
     return LeaderStatus(
         holder=row.holder, pid=row.pid, host=row.host, since=row.since, expires_at=row.expires_at, term=row.term
     )
-
-
-def someone_leads(role: str = ROLE) -> bool:
-    """Whether a live leader exists (then plain workers leave the chores to it)."""
-    return status(role).holder is not None

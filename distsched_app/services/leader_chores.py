@@ -15,9 +15,8 @@ leader's turn raises ``NotLeader`` before writing, and it steps down. The chores
   is not a leader-only write (any reader stores one it found stale), so it needs no fence; the
   thread only works while its process leads;
 - retention (``DISTSCHED["RETENTION"]``), in batches for at most half a second
-  per turn while old runs remain (then a rest of ``Retention.pause`` times that
-  before the next, none by default), else once a minute; its figures are logged once
-  a minute while it deletes.
+  per turn while old runs remain (the next turn goes on), else once a minute; its
+  figures are logged once a minute while it deletes.
 
 Expired leases need no chore: every worker's claim recovers them (``claiming``).
 """
@@ -151,7 +150,7 @@ class Leadership:
 
     def wait_seconds(self, interval: float) -> float:
         """How long the caller may sleep: its tick interval, shorter if the election needs a turn
-        sooner, and while retention has a backlog only its rest between two calls."""
+        sooner, and none while retention has a backlog."""
         wait = min(interval, self.elector.wait_seconds())
         if self.elector.term is not None:
             wait = min(wait, max(0.0, self.next_retention - self.monotonic()))
@@ -175,14 +174,11 @@ class Leadership:
             self.next_figures = mono + FIGURES_SECONDS
             figures.refresh(now)
         if mono >= self.next_retention and self.elector.leading():
-            started = self.monotonic()
             done = self.retention.apply(now, fence=self.elector.term)
             self._deleted[0] += done.runs
             self._deleted[1] += done.events
-            ended = self.monotonic()
-            # A backlog: go on after a rest in proportion to the call (the pacing prune has).
-            rest = (ended - started) * self.retention.pause if done.more else RETENTION_IDLE_SECONDS
-            self.next_retention = ended + rest
+            # A backlog: go on at the next turn; else look again in a minute.
+            self.next_retention = self.monotonic() + (0.0 if done.more else RETENTION_IDLE_SECONDS)
         self._report()
 
     def _report(self, *, force: bool = False) -> None:

@@ -60,7 +60,6 @@ def test_giving_up_leaves_no_leader_and_the_next_campaign_gets_a_new_term():
 def test_status_when_never_elected():
     s = leader.status()
     assert (s.holder, s.pid, s.since, s.expires_at, s.term) == (None, None, None, None, 0)
-    assert leader.someone_leads() is False
 
 
 def test_a_standby_try_is_one_statement_once_the_row_exists():

@@ -11,7 +11,12 @@ import pytest
 from distsched_app.clock import FakeClock
 from distsched_app.models import Leader, Run, RunState
 from distsched_app.services import figures
-from distsched_app.services.leader_chores import REPORT_EVERY_SECONDS, FigureRefresher, Leadership
+from distsched_app.services.leader_chores import (
+    REPORT_EVERY_SECONDS,
+    RETENTION_IDLE_SECONDS,
+    FigureRefresher,
+    Leadership,
+)
 from tests.conftest import T0
 from tests.services.test_maintenance import make_run
 
@@ -178,9 +183,11 @@ def test_a_standby_refreshes_no_figure(mono):
     b.stop()
 
 
-def test_retention_with_a_backlog_rests_in_proportion_to_its_work(make_schedule, mono, settings, monkeypatch):
-    """With old runs left, the leader goes on with retention after a rest of ``pause`` times the
-    call's time (its turns wait only that long), not at once."""
+def test_retention_with_a_backlog_goes_on_at_the_next_turn_then_looks_once_a_minute(
+    make_schedule, mono, settings, monkeypatch
+):
+    """With old runs left, the leader calls retention again at its next turn (no rest); once a
+    call finds nothing more, the next comes a minute later."""
     from distsched_app.services import retention
 
     settings.DISTSCHED = {"RETENTION": {"succeeded": "7d"}}
@@ -196,14 +203,10 @@ def test_retention_with_a_backlog_rests_in_proportion_to_its_work(make_schedule,
 
     monkeypatch.setattr(retention.Retention, "apply", one_batch_taking_two_seconds)
     a = leadership("a", mono)
-    a.retention.pause = 0.5
     a.turn(T0)
-    assert a.wait_seconds(5.0) == pytest.approx(1.0)  # half of the 2 s call
     a.turn(T0)
-    assert len(calls) == 1  # rests still
-    mono.advance(1)
-    a.turn(T0)
-    assert len(calls) == 2
-    mono.advance(1)
+    assert len(calls) == 2  # a backlog: the next turn went on
     a.turn(T0)  # the third call finds nothing more: once a minute from now on
-    assert len(calls) == 3 and a.wait_seconds(5.0) == pytest.approx(min(5.0, a.elector.wait_seconds()))
+    a.turn(T0)
+    assert len(calls) == 3
+    assert a.next_retention - mono.read() == pytest.approx(RETENTION_IDLE_SECONDS)
