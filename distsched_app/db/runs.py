@@ -39,7 +39,7 @@ from django.db import connection, transaction
 
 from ..models import EventType, Origin, Run, RunEvent, RunState, Schedule
 from ..text import StorableJSONDecoder
-from . import admission, notify
+from . import notify
 from .bulk import server_side_execute
 from .notify import CHANNEL
 
@@ -90,31 +90,6 @@ def execute(sql: str, params: Sequence[Any]) -> list[tuple]:
     by Django's query log like any ORM statement)."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall() if cursor.description else []
-
-
-def execute_opening(sql: str, params: Sequence[Any]) -> list[tuple]:
-    """``execute``, and on PostgreSQL, when the statement opens the caller's transaction (the
-    first of an ``atomic()`` block), the ``BEGIN`` goes in the same round trip.
-
-    psycopg sends the ``BEGIN`` of a transaction with its first statement and waits for it: a
-    round trip of its own. On a busy machine every round trip waits for the server's process and
-    then for ours to get a CPU back (about a millisecond each), and an enqueue is usually the
-    first statement of a short transaction whose commit wakes a worker. Here both go in one
-    pipeline (``admission._begun_in_pipeline``: psycopg's own ``BEGIN`` command, its isolation
-    level included); the transaction stays open for the caller's next statements and its COMMIT.
-    A failed statement raises Django's error as ``execute`` does, and leaves the transaction in
-    error for the block to roll back."""
-    if connection.vendor != "postgresql" or not admission.begins_transaction():
-        return execute(sql, params)
-    import psycopg
-
-    conn = connection.connection
-    with connection.wrap_database_errors, connection.cursor() as cursor:
-        with admission._begun_in_pipeline(conn) as begin, psycopg.Cursor(conn) as control, conn.pipeline():
-            if begin:
-                control.execute(admission.begin_command(conn))
-            cursor.execute(sql, params)
         return cursor.fetchall() if cursor.description else []
 
 
@@ -174,7 +149,7 @@ def insert_enqueued(new: NewRun, *, now: datetime, message: str) -> int | None:
             _json(new.retry_policy), new.unique_key, _json(new.trace_context), new.backend, message,
             CHANNEL if wake else None,
         ]  # fmt: skip
-        return execute_opening(_ENQUEUE_CALL, params)[0][0]
+        return execute(_ENQUEUE_CALL, params)[0][0]
     params = [
         new.task_name, new.args_json, new.kwargs_json, RunState.PENDING.value, slot, slot, new.max_attempts,
         new.queue, Origin.ENQUEUED.value, f"{Origin.ENQUEUED.value}:", at, at, new.priority, _json(new.retry_policy),
