@@ -113,6 +113,13 @@ def begins_transaction() -> bool:
     return getattr(conn, "_autocommit", None) is False and conn.pgconn.transaction_status == TransactionStatus.IDLE
 
 
+def begin_command(conn: Any) -> bytes:
+    """The ``BEGIN`` psycopg itself would send to open a transaction on ``conn`` (with the isolation
+    level, read-only and deferrable settings Django's ``OPTIONS`` gave it)."""
+    command = getattr(conn, "_get_tx_start_command", None)
+    return command() if callable(command) else b"BEGIN"
+
+
 @contextmanager
 def _begun_in_pipeline(conn: Any) -> Iterator[bool]:
     """Whether the pipeline starts the transaction itself: its first statement a ``BEGIN``.
@@ -187,7 +194,7 @@ def pick_and_lock(
         try:
             with psycopg.Cursor(conn) as control, conn.pipeline():  # sent together, read at its end
                 if begin:
-                    control.execute("BEGIN")
+                    control.execute(begin_command(conn))
                 if pick is not None:
                     picker.execute(*pick)
                 if waits:
