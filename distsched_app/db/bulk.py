@@ -97,7 +97,7 @@ def datetime_adapter() -> Callable[[Any], Any]:
 
     def utc(value: Any) -> Any:
         if type(value) is datetime and value.tzinfo is timezone.utc:
-            return str(value.replace(tzinfo=None))
+            return str(value)[:-6]  # its text but the "+00:00"
         return adapt(value)
 
     return utc

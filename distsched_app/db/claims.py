@@ -118,7 +118,7 @@ def _converters(model: type[Model]) -> list[tuple[str, list[Any], Any]]:
 
 
 @cache
-def _builder(model: type[Model]) -> Callable[[Sequence[Any]], Any]:
+def _builder(model: type[Model]) -> Callable[..., Any]:
     """How a row of ``model``'s columns becomes an instance, as ``Model.from_db`` makes it.
 
     The worker builds one run per claimed row (128 a claim on SQLite), and ``from_db``'s
@@ -145,7 +145,8 @@ def _builder(model: type[Model]) -> Callable[[Sequence[Any]], Any]:
         and all(type(model.__dict__.get(name)) in (DeferredAttribute, ForeignKeyDeferredAttribute) for name in names)
     )
 
-    def build(values: Sequence[Any]) -> Any:
+    def build(values: Sequence[Any], alias: str | None = None) -> Any:
+        alias = alias or connection.alias
         row = list(values)
         for i, converters, col in converted:
             value = row[i]
@@ -154,10 +155,10 @@ def _builder(model: type[Model]) -> Callable[[Sequence[Any]], Any]:
                     value = convert(value, col, connection)
                 row[i] = value
         if not plain:
-            return model.from_db(connection.alias, names, row)
+            return model.from_db(alias, names, row)
         instance = object.__new__(model)
         state = ModelState()
-        state.adding, state.db = False, connection.alias
+        state.adding, state.db = False, alias
         instance.__dict__.update(zip(names, row, strict=True))
         instance._state = state
         return instance
@@ -176,10 +177,11 @@ def runs_from_rows(rows: Sequence[Sequence[Any]]) -> list[Run]:
     run_of, schedule_of = _builder(Run), _builder(Schedule)
     cache_name = Run.schedule.field.cache_name
     out: list[Run] = []
+    alias = connection.alias
     for row in rows:
-        run = run_of(row[:width])
+        run = run_of(row[:width], alias)
         # ``set_cached_value``, as ``select_related`` leaves it (``fields_cache`` is per instance).
-        run._state.fields_cache[cache_name] = schedule_of(row[width:]) if run.schedule_id is not None else None
+        run._state.fields_cache[cache_name] = schedule_of(row[width:], alias) if run.schedule_id is not None else None
         out.append(run)
     return out
 
