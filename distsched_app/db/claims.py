@@ -119,34 +119,22 @@ def _converters(model: type[Model]) -> list[tuple[str, list[Any], Any]]:
 
 @cache
 def _builder(model: type[Model]) -> Callable[..., Any]:
-    """How a row of ``model``'s columns becomes an instance, as ``Model.from_db`` makes it.
+    """How a row of ``model``'s columns becomes an instance, as ``Model.from_db`` makes it:
+    ``build(values, alias, plain)``.
 
     The worker builds one run per claimed row (128 a claim on SQLite), and ``from_db``'s
     general path (``Model.__init__`` setting each column through ``setattr``, the init
-    signals) cost more than the claim's SQL. When nothing can tell the difference (no
-    ``pre_init`` / ``post_init`` receiver for the model, its own ``__init__`` and plain column
-    attributes, as Django writes them), the instance's ``__dict__`` is filled at once: the same
-    attributes, the same ``_state``. Otherwise ``from_db`` is called."""
-    from django.db.models import signals
+    signals) cost more than the claim's SQL. ``plain`` (``_plain``: nothing could tell the
+    difference), the instance's ``__dict__`` is filled at once: the same attributes, the same
+    ``_state``. Otherwise ``from_db`` is called."""
     from django.db.models.base import ModelState
-    from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
-    from django.db.models.query_utils import DeferredAttribute
 
     columns = _converters(model)
     names = [name for name, _, _ in columns]
     # Only the columns with converters are visited per row; NULL stays None for every one of them.
     converted = [(i, tuple(converters), col) for i, (_, converters, col) in enumerate(columns) if converters]
-    plain = (
-        model.__init__ is Model.__init__
-        and not signals.pre_init.has_listeners(model)
-        and not signals.post_init.has_listeners(model)
-        # Django's own column descriptors only (a foreign key's ``__set__`` drops a stale cached
-        # object, of which a new instance has none): no custom field's ``__set__`` is skipped.
-        and all(type(model.__dict__.get(name)) in (DeferredAttribute, ForeignKeyDeferredAttribute) for name in names)
-    )
 
-    def build(values: Sequence[Any], alias: str | None = None) -> Any:
-        alias = alias or connection.alias
+    def build(values: Sequence[Any], alias: str, plain: bool) -> Any:
         row = list(values)
         for i, converters, col in converted:
             value = row[i]
@@ -166,8 +154,34 @@ def _builder(model: type[Model]) -> Callable[..., Any]:
     return build
 
 
+@cache
+def _plain_columns(model: type[Model]) -> bool:
+    """The model's own ``__init__`` is Django's and its columns are Django's plain attributes (a
+    foreign key's ``__set__`` only drops a stale cached object, of which a new instance has none):
+    no custom field's ``__set__`` would be skipped by filling ``__dict__``."""
+    from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
+    from django.db.models.query_utils import DeferredAttribute
+
+    plain = (DeferredAttribute, ForeignKeyDeferredAttribute)
+    return model.__init__ is Model.__init__ and all(
+        type(model.__dict__.get(f.attname)) in plain for f in _columns(model)
+    )
+
+
+def _plain(model: type[Model]) -> bool:
+    """Whether ``_builder`` may skip ``Model.__init__`` now: plain columns, and no ``pre_init`` /
+    ``post_init`` receiver for the model (asked per claim: a receiver may be connected any time)."""
+    from django.db.models import signals
+
+    return (
+        _plain_columns(model)
+        and not signals.pre_init.has_listeners(model)
+        and not signals.post_init.has_listeners(model)
+    )
+
+
 def _instance(model: type[Model], values: Sequence[Any]) -> Any:
-    return _builder(model)(values)
+    return _builder(model)(values, connection.alias, _plain(model))
 
 
 def runs_from_rows(rows: Sequence[Sequence[Any]]) -> list[Run]:
@@ -177,11 +191,12 @@ def runs_from_rows(rows: Sequence[Sequence[Any]]) -> list[Run]:
     run_of, schedule_of = _builder(Run), _builder(Schedule)
     cache_name = Run.schedule.field.cache_name
     out: list[Run] = []
-    alias = connection.alias
+    alias, plain_run, plain_schedule = connection.alias, _plain(Run), _plain(Schedule)
     for row in rows:
-        run = run_of(row[:width], alias)
+        run = run_of(row[:width], alias, plain_run)
         # ``set_cached_value``, as ``select_related`` leaves it (``fields_cache`` is per instance).
-        run._state.fields_cache[cache_name] = schedule_of(row[width:], alias) if run.schedule_id is not None else None
+        schedule = schedule_of(row[width:], alias, plain_schedule) if run.schedule_id is not None else None
+        run._state.fields_cache[cache_name] = schedule
         out.append(run)
     return out
 
