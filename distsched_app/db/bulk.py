@@ -26,6 +26,7 @@ from functools import cache
 from itertools import chain
 from typing import Any, cast
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Field, Model
 
@@ -81,8 +82,25 @@ def _adapter(field: Field) -> Callable[[Any], Any] | None:
     """How one value of ``field`` is passed as a parameter on the ``VALUES`` path
     (datetimes as Django's text; everything else as is)."""
     if field.get_internal_type() == "DateTimeField":
-        return connection.ops.adapt_datetimefield_value
+        return datetime_adapter()
     return None
+
+
+def datetime_adapter() -> Callable[[Any], Any]:
+    """``connection.ops.adapt_datetimefield_value``, with a short cut on SQLite (``USE_TZ``, the
+    connection in UTC) for a datetime in UTC: the text Django writes for it (its naive UTC time)
+    without Django's general path (which asks the settings and converts the zone per value).
+    The worker adapts a few datetimes per run (start, finish, each event's time)."""
+    adapt = connection.ops.adapt_datetimefield_value
+    if connection.vendor != "sqlite" or not settings.USE_TZ or connection.timezone_name != "UTC":
+        return adapt
+
+    def utc(value: Any) -> Any:
+        if type(value) is datetime and value.tzinfo is timezone.utc:
+            return str(value)[:-6]  # its text but the "+00:00"
+        return adapt(value)
+
+    return utc
 
 
 Columns = Mapping[str, Sequence[Any]]

@@ -257,11 +257,12 @@ def _mark_succeeded(items: list[Success], worker_id: str, now: datetime) -> bulk
     table = ops.quote_name(Run._meta.db_table)
     ids = [s.run_id for s in items]
     cases = []
-    params: list[Any] = [RunState.SUCCEEDED.value, ops.adapt_datetimefield_value(now)]
+    adapt = bulk.datetime_adapter()
+    params: list[Any] = [RunState.SUCCEEDED.value, adapt(now)]
     for column in ("started_at", "finished_at"):
         cases.append(f"{column} = CASE id " + " ".join(["WHEN %s THEN %s"] * len(items)) + " END")
         for s in items:
-            params += [s.run_id, ops.adapt_datetimefield_value(getattr(s, column))]
+            params += [s.run_id, adapt(getattr(s, column))]
     placeholders = ", ".join(["%s"] * len(ids))
     sql = (
         f"UPDATE {table} SET state = %s, lease_owner = '', lease_expires_at = NULL, updated_at = %s, "  # noqa: S608

@@ -252,6 +252,10 @@ class Worker:
 
     # -- logging --------------------------------------------------------------------
 
+    def logs(self, level: int) -> bool:
+        """Whether ``log`` at ``level`` writes anything (the worker's logger is enabled for it)."""
+        return logger.isEnabledFor(level)
+
     def log(self, level: int, message: str, *args: Any, **fields: Any) -> None:
         """``args`` fill ``%s`` in ``message`` (one template per kind of line); ``fields`` are the
         key=value or JSON fields."""

@@ -300,6 +300,8 @@ class Recorder:
         """``label`` names a run not recorded as ``state``: lease_lost or unrecorded."""
         run = attempt.run
         level = logging.INFO if state in (RunState.SUCCEEDED, RunState.CANCELLED) else logging.WARNING
+        if not self.worker.logs(level):  # one line per run: not even built when nobody logs it
+            return
         error = attempt.error[:200] if attempt.error else None
         # The message itself names the outcome and the exception, so a handler that prints only
         # ``%(message)s`` (Python's default, a host project's own format) still says what failed.

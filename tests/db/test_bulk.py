@@ -214,3 +214,19 @@ def test_a_failing_last_statement_or_commit_rolls_the_whole_block_back(run):
         bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, _events(run.pk + 1000)), last=True)
     assert Run.objects.get(pk=run.pk).attempts == 0
     assert not RunEvent.objects.filter(message="last").exists()
+
+
+def test_the_datetime_adapter_writes_what_django_writes():
+    """``bulk.datetime_adapter``'s short cut for UTC datetimes gives Django's own text."""
+    from datetime import UTC, datetime, timezone
+    from zoneinfo import ZoneInfo
+
+    adapt = bulk.datetime_adapter()
+    values = [
+        T0,
+        datetime(2026, 3, 1, 12, 0, 0, 5, tzinfo=UTC),
+        datetime(2026, 3, 1, 12, 0, tzinfo=timezone(timedelta(hours=2))),
+        datetime(2026, 7, 1, 23, 59, 59, tzinfo=ZoneInfo("Europe/Paris")),
+        None,
+    ]
+    assert [adapt(v) for v in values] == [connection.ops.adapt_datetimefield_value(v) for v in values]

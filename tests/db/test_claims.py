@@ -20,7 +20,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from distsched_app.db import claims
-from distsched_app.models import Run, RunEvent
+from distsched_app.models import Run, RunEvent, Schedule
 from distsched_app.services import claiming, queues
 from distsched_app.services.enqueue import Job, enqueue
 from tests.conftest import T0, is_postgres
@@ -308,3 +308,42 @@ def test_a_claim_inside_a_callers_transaction_never_turns_synchronous_commit_off
         transaction.set_rollback(True)
     assert len(runs) == 2
     assert "set_config" not in captured.captured_queries[0]["sql"]
+
+
+def test_runs_from_rows_builds_the_instances_from_db_builds_and_honours_init_receivers(scheduler, clock):
+    """The claim's rows become runs (schedules cached) equal attribute for attribute to
+    ``Model.from_db``'s, with the same ``_state``; with a ``post_init`` receiver for Run the
+    general path is taken, so the receiver sees every claimed run."""
+    from django.db.models.signals import post_init
+
+    _runs_and_events(scheduler, clock)
+    statement = claims.waiting_statement(queues=None, excluded=[], now=clock.now(), limit=20)
+    with connection.cursor() as cursor:
+        cursor.execute(*statement)
+        rows = cursor.fetchall()
+    assert any(row[claims._run_column("schedule_id")] is not None for row in rows)
+    built = claims.runs_from_rows(rows)
+    width = len(RUN_FIELDS)
+    for run, row in zip(built, rows, strict=True):
+        expected = Run.objects.select_related("schedule").get(pk=row[0])
+        assert {f: getattr(run, f) for f in RUN_FIELDS} == {f: getattr(expected, f) for f in RUN_FIELDS}
+        assert (run._state.adding, run._state.db) == (False, expected._state.db)
+        assert type(run.args) is type(expected.args) and type(run.started_at) is type(expected.started_at)
+        if run.schedule_id is None:
+            assert run.schedule is None
+        else:
+            assert run._state.fields_cache["schedule"].pk == expected.schedule.pk == row[width]
+            fields = [f.attname for f in run.schedule._meta.concrete_fields]
+            assert {f: getattr(run.schedule, f) for f in fields} == {f: getattr(expected.schedule, f) for f in fields}
+    seen: list[int] = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance.pk)
+
+    post_init.connect(receiver, sender=Run)  # connected after the first claim: heard all the same
+    try:
+        again = claims.runs_from_rows(rows)
+    finally:
+        post_init.disconnect(receiver, sender=Run)
+    assert seen == [r.pk for r in again] == [r.pk for r in built]
+    assert claims._plain(Run) and claims._plain(Schedule)  # the first claim above took the short cut
