@@ -102,17 +102,23 @@ def release(run_ids: Collection[int], *, prefix: str, along: Sequence[bulk.State
 @cache
 def live_sql(*, by_key: bool = False, by_worker: bool = False) -> str:
     """The count of live holds of a limit (``%s``), at a time (``%s``), of a partition (``%s``),
-    of a worker's runs (``%s``): ``count_live``'s statement, also a subquery of ``db.admission``'s."""
+    of a worker's runs (``%s``): ``count_live``'s statement, also a subquery of ``db.admission``'s.
+
+    Each hold's run is read by its primary key in a scalar subquery, which the planner runs once
+    per hold and never turns into a join. Written as a join, the planner (its statistics taken
+    while no run was leased: autovacuum off, or a burst) estimated one leased run and one hold
+    and walked every leased run's index entry for each hold: a partition of 64 holds took 0.9 ms
+    (2,016 rows read and dropped) instead of 64 key lookups, on every claim."""
     holds, runs = _q(LimitHold._meta.db_table), _q(Run._meta.db_table)
     leased = ", ".join(f"'{s}'" for s in LEASED_STATES)  # enum literals
     sql = (
-        f"SELECT count(*) FROM {holds} AS h JOIN {runs} AS r ON r.id = h.run_id "  # noqa: S608
-        f'WHERE h."limit" = %s AND r.state IN ({leased}) AND r.lease_expires_at > %s AND r.attempts = h.attempt'
+        f'SELECT count(*) FROM {holds} AS h WHERE h."limit" = %s AND (SELECT r.state IN ({leased}) '  # noqa: S608
+        f"AND r.lease_expires_at > %s AND r.attempts = h.attempt FROM {runs} AS r WHERE r.id = h.run_id)"
     )
     if by_key:
         sql += ' AND h."key" = %s'
     if by_worker:
-        sql += " AND r.lease_owner = %s"
+        sql += f" AND (SELECT r.lease_owner = %s FROM {runs} AS r WHERE r.id = h.run_id)"  # noqa: S608
     return sql
 
 
