@@ -91,7 +91,8 @@ def bench_due(args) -> dict:
         with transaction.atomic():
             with connection.cursor() as cur:
                 if connection.vendor == "postgresql":
-                    cur.execute("TRUNCATE distsched_app_runevent, distsched_app_run")
+                    # CASCADE: the tables that reference runs (limit holds, workflow nodes), empty here.
+                    cur.execute("TRUNCATE distsched_app_runevent, distsched_app_run CASCADE")
                 else:
                     cur.execute("DELETE FROM distsched_app_runevent")
                     cur.execute("DELETE FROM distsched_app_run")
@@ -190,8 +191,8 @@ def captured(fn) -> tuple[int, float, list[dict]]:
 
     pg_execute = bulk.server_side_execute
 
-    def timed_pg_execute(sql, params):
-        return timer(lambda s, p, m, ctx: pg_execute(s, p), sql, params, False, None)
+    def timed_pg_execute(sql, params, **kwargs):
+        return timer(lambda s, p, m, ctx: pg_execute(s, p, **kwargs), sql, params, False, None)
 
     bulk.server_side_execute = timed_pg_execute
     try:
