@@ -189,14 +189,13 @@ def runs_from_rows(rows: Sequence[Sequence[Any]]) -> list[Run]:
     schedule cached on each run as ``select_related`` would."""
     width = len(_columns(Run))
     run_of, schedule_of = _builder(Run), _builder(Schedule)
-    cache_name = Run.schedule.field.cache_name
+    schedule_field = Run.schedule.field
     out: list[Run] = []
     alias, plain_run, plain_schedule = connection.alias, _plain(Run), _plain(Schedule)
     for row in rows:
         run = run_of(row[:width], alias, plain_run)
-        # ``set_cached_value``, as ``select_related`` leaves it (``fields_cache`` is per instance).
         schedule = schedule_of(row[width:], alias, plain_schedule) if run.schedule_id is not None else None
-        run._state.fields_cache[cache_name] = schedule
+        schedule_field.set_cached_value(run, schedule)  # as ``select_related`` leaves it
         out.append(run)
     return out
 
