@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/steady.py --db sqlite --runs 10000 --split
     .venv/bin/python bench/steady.py --db postgres --runs 10000 --prefetch 128
+    .venv/bin/python bench/steady.py --db postgres --split \
+        --limits '{"never-binds": {"task": "tests.noop", "concurrency": 1000}}'
 
 N no-op runs are enqueued one call each (as ``peers.py`` enqueues them), then one
 ``Worker`` drains them with ``run(burst=True)`` in this process. It prints the drain rate,
@@ -27,15 +29,17 @@ NAME = "steady"
 
 
 def _timed(owner: Any, name: str, label: str, spent: defaultdict[str, float], calls: Counter[str]) -> None:
-    """Replace ``owner.name`` by a wrapper adding its main-thread CPU time to ``spent[label]``."""
+    """Replace ``owner.name`` by a wrapper adding its main-thread CPU time to ``spent[label]``
+    (and its wall time to ``spent["wall " + label]``: what the step waited for, the database mostly)."""
     inner = getattr(owner, name)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        started = time.thread_time()
+        started, wall = time.thread_time(), time.perf_counter()
         try:
             return inner(*args, **kwargs)
         finally:
             spent[label] += time.thread_time() - started
+            spent["wall " + label] += time.perf_counter() - wall
             calls[label] += 1
 
     setattr(owner, name, wrapper)
@@ -44,8 +48,9 @@ def _timed(owner: Any, name: str, label: str, spent: defaultdict[str, float], ca
 def _split(spent: defaultdict[str, float], calls: Counter[str], statements: defaultdict[str, float]) -> None:
     from django.db import connection
 
+    from distsched_app.conf import conf
     from distsched_app.db import claims as db_claims
-    from distsched_app.services import claiming, outcomes
+    from distsched_app.services import claiming, events, limits, outcomes
     from distsched_app.worker import loop, recorder
 
     _timed(claiming, "claim_runs", "claiming.claim_runs", spent, calls)
@@ -53,6 +58,12 @@ def _split(spent: defaultdict[str, float], calls: Counter[str], statements: defa
     _timed(loop.Loop, "execute", "Loop.execute (the task call and its outcome)", spent, calls)
     _timed(recorder.Recorder, "flush", "Recorder.flush (successes written)", spent, calls)
     _timed(outcomes, "record_successes", "outcomes.record_successes", spent, calls)
+    if conf.LIMITS:
+        _timed(limits.Gate, "admit", "limits.Gate.admit", spent, calls)
+        _timed(limits.Gate, "pick", "limits.Gate.pick (candidates, partitions locked)", spent, calls)
+        _timed(limits.Gate, "finish", "limits.Gate.finish", spent, calls)
+        _timed(limits, "release", "limits.release (holds deleted)", spent, calls)
+        _timed(events, "record_many", "events.record_many (with the claim's writes)", spent, calls)
 
     def execute(run: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
         started = time.thread_time()
@@ -70,12 +81,16 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=10000)
     p.add_argument("--prefetch", type=int, help="The worker's prefetch (default: the worker's own).")
     p.add_argument("--split", action="store_true", help="Also the CPU time per step and per statement.")
+    p.add_argument("--limits", default="", help="DISTSCHED['LIMITS'] as JSON (e.g. a limit that never binds).")
     args = p.parse_args()
+    if args.limits:
+        os.environ["DISTSCHED_TEST_LIMITS"] = args.limits  # read by tests/settings.py
     with c.scratch_database(NAME, args):
         from distsched_app.services.enqueue import Job, enqueue
         from distsched_app.worker import Worker
 
-        c.header(f"steady state, one in-process worker, {args.runs} no-op runs", args)
+        limited = f", LIMITS {args.limits}" if args.limits else ""
+        c.header(f"steady state, one in-process worker, {args.runs} no-op runs{limited}", args)
         for _ in range(args.runs):
             enqueue(Job(task_name=c.TASK), now=c.now())
         c.analyze()
@@ -118,9 +133,11 @@ def main() -> None:
         )
         if args.split:
             rows = [
-                (label, calls[label], f"{v * per:.1f}") for label, v in sorted(spent.items(), key=lambda kv: -kv[1])
+                (label, calls[label], f"{v * per:.1f}", f"{spent['wall ' + label] * per:.1f}")
+                for label, v in sorted(spent.items(), key=lambda kv: -kv[1])
+                if not label.startswith("wall ")
             ]
-            print(c.table(["step (main thread CPU)", "calls", "µs/run"], rows))
+            print(c.table(["step", "calls", "µs/run main-thread CPU", "µs/run wall"], rows))
             top = sorted(statements.items(), key=lambda kv: -kv[1])[:10]
             print(c.table(["statement", "calls", "µs/run"], [(s, calls[s], f"{v * per:.1f}") for s, v in top]))
         print("load " + ", ".join(f"{x:.1f}" for x in os.getloadavg()))

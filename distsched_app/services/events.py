@@ -13,8 +13,12 @@ from ..text import storable
 MAX_MESSAGE_CHARS = 2000
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class NewEvent:
+    """An event to append (``record_many``). Not frozen: a frozen dataclass sets each field
+    through ``object.__setattr__``, twice the cost of building one, and the worker builds a
+    couple per run."""
+
     run_id: int
     event_type: str
     now: datetime
@@ -82,7 +86,7 @@ def record_many(events: Iterable[NewEvent], *, along: Sequence[bulk.Statement] =
         {
             "run": [e.run_id for e in events],
             "event_type": [e.event_type for e in events],
-            "message": [_storable(e.message) for e in events],
+            "message": [_storable(e.message) if e.message else "" for e in events],
             "worker_id": [e.worker_id for e in events],
             "attempt": [e.attempt for e in events],
             "created_at": [e.now for e in events],

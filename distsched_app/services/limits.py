@@ -227,6 +227,7 @@ class _Stripes:
     counts: Counter[int]
     mine: Counter[int]
     cap: int | None = None  # the whole-limit path's cap, read by ``finish``
+    over: bool | None = None  # a stripe over its share (a lowered cap), once looked at: only ``one``'s count grows
 
 
 @dataclass
@@ -275,6 +276,12 @@ class Gate:
         self._tried: set[tuple[str, str]] = set()  # striped partitions a free stripe was looked for
         # Statements left for the claim to write (the holds' INSERT), set by ``finish``.
         self.writes: list[bulk.Statement] = []
+        # Asked for every candidate, fixed for the claim: the database's kind, the limits a
+        # (task, queue) is under, each partition's numbers once the overrides were read.
+        self._locks_rows = admission.locks_rows()
+        self._specs: dict[tuple[str, str], list[rules.LimitSpec]] = {}
+        self._numbers: dict[tuple[str, str], rules.Numbers] = {}
+        self._split: dict[str, bool] = {}
 
     def pick(self, statement: tuple[str, Sequence[Any]]) -> list[tuple] | None:
         """The claim's first read of candidates (``statement``: ``db.claims.waiting_statement``),
@@ -364,7 +371,9 @@ class Gate:
             return None
         cap = numbers.concurrency
         assert cap is not None  # noqa: S101 - _splittable
-        if any(held.counts[i] > stripe_share(cap, i) for i in held.counts):
+        if held.over is None:
+            held.over = any(held.counts[i] > stripe_share(cap, i) for i in held.counts)
+        if held.over:
             return None
         return held if held.counts[held.one] < stripe_share(cap, held.one) else None
 
@@ -402,6 +411,20 @@ class Gate:
             if held.counts[i] < stripe_share(held.cap, i):
                 return i
         return start
+
+    def _striped(self, spec: rules.LimitSpec) -> bool:
+        split = self._split.get(spec.name)
+        if split is None:
+            split = self._split[spec.name] = striped(spec)
+        return split
+
+    def _numbers_for(self, spec: rules.LimitSpec, key: str) -> rules.Numbers:
+        """The partition's numbers in force for this claim (the overrides are read once per claim)."""
+        pair = (spec.name, key)
+        numbers = self._numbers.get(pair)
+        if numbers is None:
+            numbers = self._numbers[pair] = spec.numbers_for(key, self.overrides().get(spec.name))
+        return numbers
 
     def overrides(self) -> dict[str, dict[str, Any]]:
         if self._overrides is None:
@@ -482,7 +505,10 @@ class Gate:
 
     def pairs(self, run: Run) -> list[tuple[rules.LimitSpec, str]]:
         """The (limit, partition) pairs the run is under, its keys computed once and stored."""
-        specs = rules.applicable(run.task_name, run.queue)
+        where = (run.task_name, run.queue)
+        specs = self._specs.get(where)
+        if specs is None:
+            specs = self._specs[where] = rules.applicable(*where)
         if not specs:
             return []
         keys = dict(run.limit_keys or {})
@@ -518,10 +544,10 @@ class Gate:
         one_stripe: list[tuple[rules.LimitSpec, str, _Stripes]] = []
         roomy = True  # every limit of the run at most half full with it (no rate, no local cap)
         for spec, key in pairs:
-            split = admission.locks_rows() and striped(spec)
-            if self._overrides is None and admission.locks_rows():
+            split = self._locks_rows and self._striped(spec)
+            if self._overrides is None and self._locks_rows:
                 (self._first_stripe if split else self._first_lock)(spec.name, key)
-            numbers = spec.numbers_for(key, self.overrides().get(spec.name))
+            numbers = self._numbers_for(spec, key)
             if split:
                 held = self._one_stripe(spec.name, key, numbers)
                 if held is not None:  # admitted under its stripe's lock alone

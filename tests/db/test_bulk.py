@@ -145,8 +145,71 @@ def test_postgresql_binds_whole_columns_in_one_statement(run, monkeypatch):
     )
     rows = [(run.pk, EventType.CREATED, "", "", i, T0) for i in range(1200)]
     bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, rows))
-    assert len(calls) == 1 and len(calls[0]) == len(EVENT_FIELDS)  # one array per column
+    assert len(calls) == 1 and len(calls[0]) <= 2 * len(EVENT_FIELDS)  # a handful, whatever the rows
     assert RunEvent.objects.count() == 1200
+
+
+@pytest.mark.postgres
+def test_postgresql_binds_a_repeated_value_once_and_integers_as_the_arrays_text(run, monkeypatch):
+    """psycopg packs a list element by element in Python: a column with one value in every row is
+    bound as that value, a column of integers as its array's text. Rows come back as given."""
+    calls = []
+    real = bulk.server_side_execute
+    monkeypatch.setattr(
+        bulk, "server_side_execute", lambda sql, params, **kw: calls.append(params) or real(sql, params, **kw)
+    )
+    rows = [(run.pk, EventType.CREATED, "", "w1", i, T0) for i in range(50)]
+    bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, rows))
+    [params] = calls
+    assert not any(isinstance(p, list) for p in params)  # nothing packed element by element
+    assert "{0,1,2," in next(p for p in params if isinstance(p, str) and p.startswith("{"))
+    stored = RunEvent.objects.order_by("attempt").values_list(*[f if f != "run" else "run_id" for f in EVENT_FIELDS])
+    assert list(stored) == rows
+
+
+@pytest.mark.postgres
+def test_postgresql_keeps_mixed_null_and_boolean_columns_as_given():
+    """Not packed as text or as one value: NULLs among values, booleans (not integers), and a
+    column whose rows differ."""
+    from distsched_app.models import LimitHold
+
+    run_ids = [
+        Run.objects.create(
+            task_name="tests.noop",
+            scheduled_for=T0,
+            available_at=T0,
+            origin=Origin.MANUAL,
+            idempotency_key=f"m{i}",
+            created_at=T0,
+            updated_at=T0,
+        ).pk
+        for i in range(3)
+    ]
+    columns = {
+        "run": run_ids,
+        "limit": ["a", "a", "a"],
+        "key": ["x", "y", "x"],
+        "attempt": [1, 1, 1],
+        "worker_id": ["w", "w", "w"],
+        "tight": [True, False, True],
+        "stripe": [0, 3, 7],
+    }
+    bulk.insert_rows(LimitHold, columns)
+    stored = LimitHold.objects.order_by("run_id").values_list("run_id", "key", "attempt", "tight", "stripe")
+    assert list(stored) == list(
+        zip(run_ids, columns["key"], columns["attempt"], columns["tight"], columns["stripe"], strict=True)
+    )
+    bulk.update_from_rows(Run, "id", {"id": run_ids, "started_at": [None, T0, None]})
+    assert list(Run.objects.order_by("id").values_list("started_at", flat=True)) == [None, T0, None]
+
+
+@pytest.mark.postgres
+def test_postgresql_refuses_a_repeated_value_too_long_for_its_column(run):
+    """A value bound once for every row is cast without the column's length, as the arrays are."""
+    rows = [(run.pk, EventType.CREATED, "", "w" * 201, i, T0) for i in range(2)]
+    with pytest.raises(DataError), transaction.atomic():
+        bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, rows))
+    assert not RunEvent.objects.exists()
 
 
 # -- the last statement of an outermost block carries the COMMIT (PostgreSQL) ----------------------

@@ -137,3 +137,30 @@ def test_truncate_error_keeps_head_and_tail():
     out = outcomes.truncate_error(text, limit=1000)
     assert len(out) <= 1000 + 60
     assert out.startswith("HEAD") and out.endswith("TAIL") and "truncated" in out
+
+
+def test_a_batch_of_successes_keeps_each_runs_own_times_and_skips_a_lost_lease(make_schedule, scheduler, clock):
+    """One UPDATE writes the batch (arrays joined by id on PostgreSQL, a CASE per run elsewhere):
+    each run gets its own start and finish, and a run another worker took meanwhile is left alone."""
+    for name in ("b1", "b2", "b3"):
+        make_schedule(name)
+    scheduler.tick()
+    runs = claiming.claim_runs(worker_id="A", queues=None, lease_seconds=30, now=clock.now(), limit=3)
+    assert len(runs) == 3
+    Run.objects.filter(pk=runs[2].pk).update(lease_owner="B")  # taken over meanwhile
+    times = {run.pk: (T0 + timedelta(seconds=i), T0 + timedelta(seconds=10 + i)) for i, run in enumerate(runs)}
+    lost = outcomes.record_successes(
+        worker_id="A",
+        now=clock.now(),
+        successes=[
+            outcomes.Success(run_id=pk, attempt=1, started_at=started, finished_at=finished)
+            for pk, (started, finished) in times.items()
+        ],
+    )
+    assert lost == {runs[2].pk}
+    for run in runs[:2]:
+        run.refresh_from_db()
+        assert (run.state, run.started_at, run.finished_at) == (RunState.SUCCEEDED, *times[run.pk])
+        assert (run.lease_owner, run.lease_expires_at) == ("", None)
+    runs[2].refresh_from_db()
+    assert runs[2].state == RunState.LEASED and runs[2].lease_owner == "B" and runs[2].finished_at is None
