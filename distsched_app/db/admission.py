@@ -42,7 +42,7 @@ from typing import Any
 from django.db import connection
 
 from ..models import Limit, LimitPartition
-from . import holds
+from . import holds, timestamps
 from .claims import _columns, _instance, _q
 
 SAVEPOINT = "distsched_admission"
@@ -185,7 +185,7 @@ def pick_and_lock(
     rows: list[tuple] = []
     with connection.wrap_database_errors, ExitStack() as stack:
         begin = stack.enter_context(_begun_in_pipeline(conn))
-        picker = stack.enter_context(psycopg.Cursor(conn))
+        picker = timestamps.read_natively(stack.enter_context(psycopg.Cursor(conn)))
         lockers = [stack.enter_context(psycopg.Cursor(conn)) for _ in pairs]
         counters = [stack.enter_context(psycopg.Cursor(conn)) for _ in pairs]
         stripers = [stack.enter_context(psycopg.Cursor(conn)) for _ in pairs]

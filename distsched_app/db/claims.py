@@ -35,7 +35,7 @@ from django.db.models import Field, Model
 
 from ..conf import conf
 from ..models import WAITING_STATES, EventType, Run, RunEvent, RunState, Schedule, not_paused_sql
-from . import bulk
+from . import bulk, timestamps
 
 
 def _q(name: str) -> str:
@@ -263,6 +263,8 @@ def lock_waiting(
 def read_waiting(statement: tuple[str, Sequence[Any]]) -> list[Run]:
     """The runs ``waiting_statement``'s statement reads (and locks)."""
     with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            timestamps.read_natively(cursor)
         cursor.execute(*statement)
         rows = cursor.fetchall()
     return runs_from_rows(rows)
@@ -415,6 +417,7 @@ def claim_waiting(
     # Its own transaction only: inside a caller's, ``synchronous_commit`` would hold for the caller's writes too.
     durable = bool(conf.SYNCHRONOUS_CLAIMS) or connection.in_atomic_block
     with connection.cursor() as cursor:
+        timestamps.read_natively(cursor)
         cursor.execute(_claim_sql(len(queues), len(excluded), durable), params)
         rows = cursor.fetchall()
     return runs_from_rows(rows)
