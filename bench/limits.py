@@ -5,7 +5,7 @@
     (``--database`` is the same option as ``--db``; ``--sections 1,3`` runs a subset)
 
 **1. Limits configured but not binding.** ``--workers`` real ``runworker --burst
---poll-interval 0.05`` processes (default concurrency 1, prefetch 32) drain ``--runs`` due
+--poll-interval 0.05`` processes (concurrency 1 and prefetch 128, the defaults) drain ``--runs`` due
 no-op runs (``tests.noop``, made by the real tick as in ``throughput.py``), legs alternating
 in one run, ``--repeat`` times: (a) no ``LIMITS``; (b) a limit on ``tests.noop`` that never
 binds (``concurrency: 1000``); (c) a limit on another task only (``tests.echo``,

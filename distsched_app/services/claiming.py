@@ -227,7 +227,7 @@ def _admitted(
         )
         rows = gate.pick(statement)  # PostgreSQL: with the partitions it expects to admit into
         picked = claims.read_waiting(statement) if rows is None else claims.runs_from_rows(rows)
-        held_back = 0
+        held_back, spilled = 0, gate.spilled
         for run in picked:
             verdict = gate.admit(run)
             if verdict is limit_service.Verdict.ADMIT:
@@ -236,8 +236,8 @@ def _admitted(
                 held_back += 1
                 if verdict is limit_service.Verdict.LATER:
                     later.append(run.pk)
-        if not held_back:
-            break
+        if not held_back or gate.spilled - spilled == held_back:
+            break  # nothing held back, or only prefetched runs past a full stripe (``Gate.spilled``)
     gate.finish()
     for run in admitted:
         run.limit_tight = run.pk in gate.tight  # type: ignore[attr-defined]  # read by the worker's recorder

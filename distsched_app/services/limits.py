@@ -262,6 +262,9 @@ class Gate:
         # Of those, the ones whose limit is nearly full (or has a total or a rate): their worker
         # writes their outcome at once, so their slot frees now, not with the next batch.
         self.tight: set[int] = set()
+        # Runs left pending only because they would wait prefetched and their stripe is full: the
+        # claim has its batch of limited runs, so picking again for more is pointless.
+        self.spilled = 0
         self.events: list[events.NewEvent] = []
         self._overrides: dict[str, dict[str, Any]] | None = None
         self._partitions: dict[tuple[str, str], _Partition | None] = {}
@@ -377,11 +380,15 @@ class Gate:
             return None
         return held if held.counts[held.one] < stripe_share(cap, held.one) else None
 
+    def _holds_whole(self, pair: tuple[str, str]) -> bool:
+        """This claim holds a striped partition's row and every stripe (``_whole`` granted)."""
+        return pair in self._stripes and self._stripes[pair].one is None
+
     def _whole(self, limit: str, key: str) -> bool:
         """A striped partition's row and every stripe locked (waiting, bounded), its holds counted
         per stripe under them; False if not granted in time."""
         pair = (limit, key)
-        if pair in self._stripes and self._stripes[pair].one is None:
+        if self._holds_whole(pair):
             return True
         got = admission.lock_and_count(
             limit, key, self.now, timeout_ms=CLAIM_LOCK_TIMEOUT_MS, overrides=self._overrides is None, stripes=True
@@ -560,6 +567,12 @@ class Gate:
                     roomy = roomy and room
                     one_stripe.append((spec, key, held))
                     continue
+                if extra and not self._holds_whole((spec.name, key)):
+                    # Its stripe is full (or none was free): a run that would only wait prefetched
+                    # is left for a later claim rather than waiting for every other stripe's lock,
+                    # which the other workers' claims hold (a batch bigger than a stripe's share).
+                    self.spilled += 1
+                    return Verdict.LATER
                 if not self._whole(spec.name, key):
                     return Verdict.LATER
             total_used = self._total(spec.name) if numbers.total is not None else 0  # an override may set one

@@ -21,9 +21,6 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from django.conf import settings
-from django.db import connection
-
 from ..clock import Clock, SystemClock, current_clock
 from ..conf import RANGES, conf
 from ..models import Run
@@ -47,12 +44,6 @@ __all__ = ["Execution", "Worker", "default_worker_id", "describe_exception", "fo
 logger = logging.getLogger("distsched")
 
 MAX_CONCURRENCY = 256
-# SQLite's default batch (claim and success flush): each transaction commits a whole page to the
-# WAL for every page it touched (about 55 frames for a batch of 32 no-op runs, claim and flush),
-# largely the same pages whatever the batch, so a batch of 128 writes about a quarter of the
-# frames per run (issue 17: a worker drained 5,100-6,500 runs/s at 32 and 8,700-8,900 at 128).
-# PostgreSQL keeps ``PREFETCH``'s 32.
-SQLITE_PREFETCH = 128
 
 
 def default_worker_id() -> str:
@@ -71,13 +62,6 @@ def _queues(queues: Sequence[str] | None) -> list[str]:
     if ALL_QUEUES in queues:
         return []
     return [validate_queue(q, field="queues") for q in queues]
-
-
-def default_prefetch() -> int:
-    """``PREFETCH`` as set; unset, 32 (``conf.DEFAULTS``), or ``SQLITE_PREFETCH`` on SQLite."""
-    if "PREFETCH" not in (getattr(settings, "DISTSCHED", None) or {}) and connection.vendor == "sqlite":
-        return SQLITE_PREFETCH
-    return int(conf.PREFETCH)
 
 
 def _option(value: float | None, setting: str, field: str) -> float:
@@ -127,7 +111,7 @@ class Worker:
             maximum=_option(idle_poll_max, "IDLE_POLL_MAX_SECONDS", "idle_poll_max"),
         )
         self.with_tick = with_tick
-        self.prefetch = int(_option(prefetch if prefetch is not None else default_prefetch(), "PREFETCH", "prefetch"))
+        self.prefetch = int(_option(prefetch, "PREFETCH", "prefetch"))
         self.concurrency = bounded_int(concurrency, field="concurrency", low=1, high=MAX_CONCURRENCY)
         self.clock = clock or current_clock()
         self.registry = registry or default_registry

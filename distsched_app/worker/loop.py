@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 # Prefetch only while tasks are quick: a slow task would hold prefetched runs
 # that idle workers could be running.
 FAST_TASK_SECONDS = 0.05
+# And a batch holds at most about this much work at the recent pace: 128 runs (``PREFETCH``) of
+# 40 ms tasks would keep 5 s of a burst from the other workers. 1.6 s is what the old default
+# batch of 32 could hold (32 x 50 ms); tasks under 12.5 ms get the whole batch.
+BATCH_SECONDS = 1.6
 # How often the lease-recovery query runs (it need not run on every claim).
 EXPIRED_CHECK_SECONDS = 1.0
 # An idle worker expects another process to tick a due slot within this long,
@@ -66,7 +70,15 @@ class Pace:
         self.average = seconds if self.average is None else 0.8 * self.average + 0.2 * seconds
 
     def batch_size(self, prefetch: int, remaining: int | None = None) -> int:
-        size = prefetch if self.average is not None and self.average < FAST_TASK_SECONDS else 1
+        """Runs to claim at once: ``prefetch`` while tasks are quick, no more than ``BATCH_SECONDS``
+        of work at their average, else one; at most ``remaining``."""
+        average = self.average
+        if average is None or average >= FAST_TASK_SECONDS:
+            size = 1
+        elif average * prefetch > BATCH_SECONDS:
+            size = max(1, int(BATCH_SECONDS / average))
+        else:
+            size = prefetch
         return max(1, min(size, remaining)) if remaining is not None else size
 
 

@@ -215,6 +215,41 @@ def test_the_next_claim_sends_its_stripe_or_the_whole_limit_with_its_candidates(
     assert _states(ids)[RunState.BLOCKED] == 2
 
 
+@pytest.mark.django_db
+def test_a_prefetching_claim_takes_no_more_than_its_stripes_share_of_limited_runs(settings, monkeypatch):
+    """A worker with one task thread prefetches the limited runs after the first only while each
+    fits its stripe's share: past it, one would wait prefetched, so it is not worth every other
+    stripe's lock, which other workers' claims hold (each waited up to ``CLAIM_LOCK_TIMEOUT_MS`` and
+    left the run pending: 4 workers batching 128 runs under a 1,000 cap, whose stripes hold 125,
+    drained 252 runs/s against 1,815 at 32). It stays pending for the next claim, which the claim
+    does not pick again for (it has its batch). On SQLite nothing is striped: the batch is bounded
+    by the half-full rule alone."""
+    cap = 64  # 8 stripes of 8 slots; half full at 32
+    settings.DISTSCHED = {
+        **settings.DISTSCHED,
+        "LIMITS": {"wide": {"task": "tests.echo", "concurrency": cap}},
+        "LIMIT_STRIPE_MIN_CONCURRENCY": 8,
+    }
+    limits._expected.clear()
+    ids = _add(30)
+    now = T0 + timedelta(seconds=1)
+    picks = []
+    waiting_statement = claiming.claims.waiting_statement
+    monkeypatch.setattr(
+        claiming.claims, "waiting_statement", lambda **kw: picks.append(kw["limit"]) or waiting_statement(**kw)
+    )
+    taken = claiming.claim_runs(worker_id="w1", queues=None, lease_seconds=30, now=now, limit=20)
+    assert picks == [20]  # one pick: the runs past the stripe's share are not replaced by others
+    share = limits.stripe_share(cap, 0) if is_postgres() else 20
+    assert len(taken) == share and _live(now) == share
+    assert _states(ids) == {RunState.RUNNING: 1, RunState.LEASED: share - 1, RunState.PENDING: 30 - share}
+    if is_postgres():  # all in one stripe
+        assert len(set(LimitHold.objects.values_list("stripe", flat=True))) == 1
+    more = claiming.claim_runs(worker_id="w2", queues=None, lease_seconds=30, now=now, limit=20)
+    assert len(more) == min(share, 30 - share)  # another worker's claim: its own stripe's share
+    limits._expected.clear()
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db
 def test_a_hold_count_reads_each_holds_run_by_its_key_whatever_the_statistics(striped):

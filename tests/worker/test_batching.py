@@ -10,6 +10,7 @@ import pytest
 
 from distsched_app.models import EventType, Run, RunEvent, RunState
 from distsched_app.registry import registry
+from distsched_app.worker.loop import Pace
 from tests.testapp import tasks as test_tasks
 
 
@@ -44,6 +45,20 @@ def test_slow_tasks_are_not_prefetched(scheduler):
     worker = scheduler.worker(worker_id="w", prefetch=8, heartbeat_seconds=3600)
     worker.pace.observe(1.0)  # recent tasks were slow
     assert worker.pace.batch_size(worker.prefetch) == 1
+
+
+@pytest.mark.parametrize(
+    ("average", "batch"), [(0.0, 128), (0.01, 128), (0.0125, 128), (0.02, 80), (0.04, 40), (0.0499, 32), (0.05, 1)]
+)
+def test_a_batch_holds_at_most_batch_seconds_of_work(average, batch):
+    """Workers draining one burst share it: 128 prefetched runs of 40 ms tasks would keep 5 s of it
+    from the others. A batch takes at most 1.6 s of work at the recent pace (what the old default
+    of 32 held at most: 32 x 50 ms), so only tasks under 12.5 ms get all of ``PREFETCH``."""
+    pace = Pace()
+    pace.observe(average)
+    assert pace.batch_size(128) == batch
+    assert pace.batch_size(128, remaining=10) == min(batch, 10)
+    assert pace.batch_size(16) == min(batch, 16)
 
 
 @pytest.mark.django_db

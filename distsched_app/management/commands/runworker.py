@@ -54,7 +54,7 @@ class Command(DistschedCommand):
             "--prefetch",
             type=positive_int,
             default=None,
-            help="Claim up to N runs per transaction while tasks are quick (default: PREFETCH; unset: 32, SQLite 128).",
+            help="Claim up to N runs per transaction while tasks are quick (default: PREFETCH, 128).",
         )
         parser.add_argument(
             "--concurrency",
