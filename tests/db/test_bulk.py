@@ -20,19 +20,33 @@ def by_column(fields, rows) -> dict:
     return {name: [row[i] for row in rows] for i, name in enumerate(fields)}
 
 
-@pytest.fixture
-def run(make_schedule):
-    schedule = make_schedule("b")
+def make_run(key: str, schedule: Schedule | None = None) -> Run:
     return Run.objects.create(
         schedule=schedule,
         task_name="tests.noop",
         scheduled_for=T0,
         available_at=T0,
         origin=Origin.MANUAL,
-        idempotency_key="k",
+        idempotency_key=key,
         created_at=T0,
         updated_at=T0,
     )
+
+
+@pytest.fixture
+def run(make_schedule):
+    return make_run("k", make_schedule("b"))
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list:
+    """The parameters of each statement ``db.bulk`` sends through ``server_side_execute`` (PostgreSQL)."""
+    calls: list = []
+    real = bulk.server_side_execute
+    monkeypatch.setattr(
+        bulk, "server_side_execute", lambda sql, params, **kw: calls.append(params) or real(sql, params, **kw)
+    )
+    return calls
 
 
 @pytest.mark.parametrize("chunk", [500, 3])
@@ -137,30 +151,22 @@ def test_postgresql_refuses_a_value_too_long_for_its_column_rather_than_truncati
 
 
 @pytest.mark.postgres
-def test_postgresql_binds_whole_columns_in_one_statement(run, monkeypatch):
-    calls = []
-    real = bulk.server_side_execute
-    monkeypatch.setattr(
-        bulk, "server_side_execute", lambda sql, params, **kw: calls.append(params) or real(sql, params, **kw)
-    )
+def test_postgresql_binds_whole_columns_in_one_statement(run, sent):
+
     rows = [(run.pk, EventType.CREATED, "", "", i, T0) for i in range(1200)]
     bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, rows))
-    assert len(calls) == 1 and len(calls[0]) <= 2 * len(EVENT_FIELDS)  # a handful, whatever the rows
+    assert len(sent) == 1 and len(sent[0]) <= 2 * len(EVENT_FIELDS)  # a handful, whatever the rows
     assert RunEvent.objects.count() == 1200
 
 
 @pytest.mark.postgres
-def test_postgresql_binds_a_repeated_value_once_and_integers_as_the_arrays_text(run, monkeypatch):
+def test_postgresql_binds_a_repeated_value_once_and_integers_as_the_arrays_text(run, sent):
     """psycopg packs a list element by element in Python: a column with one value in every row is
     bound as that value, a column of integers as its array's text. Rows come back as given."""
-    calls = []
-    real = bulk.server_side_execute
-    monkeypatch.setattr(
-        bulk, "server_side_execute", lambda sql, params, **kw: calls.append(params) or real(sql, params, **kw)
-    )
+
     rows = [(run.pk, EventType.CREATED, "", "w1", i, T0) for i in range(50)]
     bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, rows))
-    [params] = calls
+    [params] = sent
     assert not any(isinstance(p, list) for p in params)  # nothing packed element by element
     assert "{0,1,2," in next(p for p in params if isinstance(p, str) and p.startswith("{"))
     stored = RunEvent.objects.order_by("attempt").values_list(*[f if f != "run" else "run_id" for f in EVENT_FIELDS])
@@ -173,18 +179,7 @@ def test_postgresql_keeps_mixed_null_and_boolean_columns_as_given():
     column whose rows differ."""
     from distsched_app.models import LimitHold
 
-    run_ids = [
-        Run.objects.create(
-            task_name="tests.noop",
-            scheduled_for=T0,
-            available_at=T0,
-            origin=Origin.MANUAL,
-            idempotency_key=f"m{i}",
-            created_at=T0,
-            updated_at=T0,
-        ).pk
-        for i in range(3)
-    ]
+    run_ids = [make_run(f"m{i}").pk for i in range(3)]
     columns = {
         "run": run_ids,
         "limit": ["a", "a", "a"],
