@@ -152,7 +152,6 @@ def test_postgresql_refuses_a_value_too_long_for_its_column_rather_than_truncati
 
 @pytest.mark.postgres
 def test_postgresql_binds_whole_columns_in_one_statement(run, sent):
-
     rows = [(run.pk, EventType.CREATED, "", "", i, T0) for i in range(1200)]
     bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, rows))
     assert len(sent) == 1 and len(sent[0]) <= 2 * len(EVENT_FIELDS)  # a handful, whatever the rows
@@ -163,7 +162,6 @@ def test_postgresql_binds_whole_columns_in_one_statement(run, sent):
 def test_postgresql_binds_a_repeated_value_once_and_integers_as_the_arrays_text(run, sent):
     """psycopg packs a list element by element in Python: a column with one value in every row is
     bound as that value, a column of integers as its array's text. Rows come back as given."""
-
     rows = [(run.pk, EventType.CREATED, "", "w1", i, T0) for i in range(50)]
     bulk.insert_rows(RunEvent, by_column(EVENT_FIELDS, rows))
     [params] = sent
