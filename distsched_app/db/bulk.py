@@ -176,6 +176,7 @@ def _pg_column(element: str, values: list[Any]) -> tuple[str, list[Any]]:
     Anything else: the list, which psycopg packs in binary."""
     n = len(values)
     first = values[0] if n else None
+    # ``count`` compares with ==, which holds between 1 and True: the type check keeps such a column a list.
     if n > 1 and first is not None and values.count(first) == n and type(first) is type(values[-1]):
         return f"array_fill(%b::{element}, ARRAY[%b::int])", [first, n]
     if n and all(type(v) is int for v in values):

@@ -263,8 +263,7 @@ def lock_waiting(
 def read_waiting(statement: tuple[str, Sequence[Any]]) -> list[Run]:
     """The runs ``waiting_statement``'s statement reads (and locks)."""
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            timestamps.read_natively(cursor)
+        timestamps.read_natively(cursor)
         cursor.execute(*statement)
         rows = cursor.fetchall()
     return runs_from_rows(rows)

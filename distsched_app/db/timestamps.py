@@ -27,7 +27,10 @@ def _same_as_django(psycopg_connection: Any) -> bool:
 
 def read_natively(cursor: Any) -> Any:
     """``cursor`` (a psycopg cursor on Django's connection, or Django's wrapper of one) reading
-    ``timestamptz`` with psycopg's own loader where that gives what Django's gives; returned."""
+    ``timestamptz`` with psycopg's own loader where that gives what Django's gives; returned.
+    On another database the cursor is returned as it is."""
+    if connection.vendor != "postgresql":
+        return cursor
     import psycopg
     from psycopg.pq import Format
 

@@ -420,6 +420,7 @@ class Gate:
         return start
 
     def _striped(self, spec: rules.LimitSpec) -> bool:
+        """``striped(spec)``, once per claim (it reads a setting)."""
         split = self._split.get(spec.name)
         if split is None:
             split = self._split[spec.name] = striped(spec)
