@@ -68,11 +68,16 @@ def pytest_collection_modifyitems(config, items):
 
     pooled = bool(os.environ.get("DISTSCHED_REQUIRE_PGBOUNCER"))
     skip_pooled = pytest.mark.skip(reason="PgBouncer-only test; run by CI's PgBouncer leg")
+    # A test whose project keeps its own SQLite file would run the very same thing again.
+    own = not postgres or bool(os.environ.get("MIGRATION_TEST_DATABASE_URL"))
+    skip_own = pytest.mark.skip(reason="its project runs on a SQLite file of its own: run by the SQLite leg")
     for item in items:
         if "postgres" in item.keywords and not postgres:
             item.add_marker(skip)
         elif "pgbouncer" in item.keywords and not pooled:
             item.add_marker(skip_pooled)
+        elif "sqlite_project" in item.keywords and not own:
+            item.add_marker(skip_own)
 
 
 def pytest_sessionstart(session):

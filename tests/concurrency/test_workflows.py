@@ -192,7 +192,7 @@ def test_a_sigkilled_worker_mid_upstream_does_not_break_the_workflow(group):
     assert Execution.objects.filter(run_id=b.pk).count() == 1
 
 
-LOOPS = 1000
+LOOPS = 400
 
 
 def _finish_together(barrier: threading.Barrier, worker: str, run: Run, at) -> None:

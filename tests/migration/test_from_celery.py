@@ -204,6 +204,7 @@ def runs(project) -> list[dict]:
 
 
 @pytest.mark.slow  # real processes: manage.py commands, a ticker and two workers
+@pytest.mark.sqlite_project
 def test_migrating_a_celery_project_as_the_guide_says(project):
     project("migrate", "--noinput")
     project("flush", "--noinput")  # a clean slate when MIGRATION_TEST_DATABASE_URL names a used database

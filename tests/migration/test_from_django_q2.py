@@ -5,6 +5,7 @@ django-q2`` saying when it is empty."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -120,6 +121,7 @@ def test_the_guide_names_the_steps_this_test_follows():
 
 
 @pytest.mark.slow  # real processes: the old queue's worker and distsched's
+@pytest.mark.sqlite_project
 def test_migrating_from_django_q2_as_the_guide_says(project):
     # Before: django-q2 with its ORM broker, three tasks queued.
     project("old", "migrate", "--noinput")
@@ -144,12 +146,16 @@ def test_migrating_from_django_q2_as_the_guide_says(project):
             time.sleep(0.5)  # polling another process, bounded by BOOT
         assert status(project)["empty"], "the qcluster did not drain its queue"
     finally:
-        os.killpg(cluster.pid, signal.SIGTERM)
+        # To the cluster's own process, which stops its workers: sent to the whole process group at
+        # once, the signal left it waiting a minute for children that were already gone.
+        cluster.send_signal(signal.SIGTERM)
         try:
             cluster.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(cluster.pid, signal.SIGKILL)
             cluster.communicate()
+        with contextlib.suppress(ProcessLookupError):  # none should be left; if one is, not for long
+            os.killpg(cluster.pid, signal.SIGKILL)
     done = project("new", "shell", "-c", textwrap.dedent("""
         from django_q.models import Success
         from distsched_app.models import Run
@@ -199,6 +205,7 @@ def guide_schedule_script() -> str:
 
 
 @pytest.mark.slow  # real processes: the guide's script, apply, a tick and a worker
+@pytest.mark.sqlite_project
 def test_the_guides_schedules_step_translates_applies_and_runs_django_q2_schedules(project, tmp_path):
     (tmp_path / "new" / "settings.py").write_text(NEW_SETTINGS + "TIME_ZONE = 'Europe/Paris'\n")
     project("old", "migrate", "--noinput")

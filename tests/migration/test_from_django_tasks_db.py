@@ -112,6 +112,7 @@ def test_the_guide_names_the_steps_this_test_follows():
 
 
 @pytest.mark.slow  # real processes: the old queue's worker and distsched's
+@pytest.mark.sqlite_project
 def test_migrating_from_django_tasks_db_as_the_guide_says(project):
     # Before: a project on django-tasks-db, with tasks waiting in its queue.
     project("old_settings", "migrate", "--noinput")

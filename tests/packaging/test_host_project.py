@@ -100,6 +100,7 @@ def test_page_snippets_cover_the_host_project():
     assert "drf_create_token prometheus" in shell[2]
 
 
+@pytest.mark.sqlite_project
 def test_wheel_installs_into_a_fresh_project_and_runs_a_task(tmp_path: Path):
     files, shell = page_snippets()
     dist = tmp_path / "dist"
