@@ -76,6 +76,7 @@ def main() -> int:
     p.add_argument("--claims", type=int, default=1000, help="Section 2: claims timed per leg and kind.")
     p.add_argument("--samples", type=int, default=200, help="Section 3: releases measured.")
     p.add_argument("--poll-interval", type=float, default=1.0, help="Section 3: the idle worker's poll.")
+    p.add_argument("--cap", type=int, default=1000, help="Section 1: leg (b)'s concurrency cap (never reached).")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
     random.seed(args.seed)
@@ -165,6 +166,8 @@ def not_binding(args) -> tuple[dict[str, Any], bool]:
     ok = True
     for rep in range(args.repeat):
         for leg, label, value in LEGS:
+            if leg == "b":
+                value = {"never-binds": {**NEVER_BINDS["never-binds"], "concurrency": args.cap}}
             reset()
             c.seed_due_runs(args.runs, prefix=f"r{rep}{leg}")
             c.analyze()

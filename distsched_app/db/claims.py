@@ -27,6 +27,7 @@ import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import cache
+from itertools import chain
 from typing import Any
 
 from django.conf import settings
@@ -333,8 +334,9 @@ def _run_column(name: str) -> int:
 @cache
 def _mark_sql(vendor: str) -> str:
     runs = _q(Run._meta.db_table)
-    # The ids bound as one array (SQLite: one JSON array): one statement text whatever the batch.
-    ids = "id = ANY(%s)" if vendor == "postgresql" else "id IN (SELECT value FROM json_each(%s))"
+    # The ids bound as one array, the text of it (psycopg packs a list element by element in
+    # Python); SQLite: one JSON array. One statement text whatever the batch.
+    ids = "id = ANY(%s::text::bigint[])" if vendor == "postgresql" else "id IN (SELECT value FROM json_each(%s))"
     return (
         f"UPDATE {runs} SET state = CASE WHEN {ids} THEN '{RunState.RUNNING.value}' "  # noqa: S608
         f"ELSE '{RunState.LEASED.value}' END, lease_owner = %s, lease_expires_at = %s, attempts = attempts + 1, "
@@ -357,12 +359,62 @@ def mark_statement(
     return statement
 
 
+@cache
+def _marked_events_sql() -> tuple[str, str]:
+    """The claim's ``claimed`` and ``started`` events, from the runs its UPDATE (the CTE ``marked``)
+    returned, as the one-statement claim's ``logged`` makes them (``write_claim``): the SELECT, and
+    the INSERT it follows."""
+    events = _q(RunEvent._meta.db_table)
+    # In the claim's order (the ids' text bound as an array): as the events built run by run were.
+    order = "ORDER BY array_position(%s::text::bigint[], id)"
+    return (
+        f"SELECT id, '{EventType.CLAIMED.value}', '', %s, attempts, %s FROM "  # noqa: S608 - enum literals
+        f"(SELECT id, attempts FROM marked {order}) AS c1 UNION ALL "
+        f"SELECT id, '{EventType.STARTED.value}', '', %s, attempts, %s FROM "
+        f"(SELECT id, attempts FROM marked WHERE state = '{RunState.RUNNING.value}' {order}) AS c2"
+    ), f"INSERT INTO {events} (run_id, event_type, message, worker_id, attempt, created_at) "
+
+
+def write_claim(
+    runs: Sequence[Run],
+    *,
+    started: int,
+    worker_id: str,
+    expires: datetime,
+    now: datetime,
+    prior: bulk.Columns,
+    along: Sequence[bulk.Statement] = (),
+) -> None:
+    """PostgreSQL: the claim's last statement, which also COMMITs (``bulk.execute(last=True)``):
+    ``mark_statement``'s UPDATE of the runs it took, the ``along`` statements (the limit holds
+    admission took), the ``prior`` events (``RunEvent`` columns: expired leases, runs held back)
+    and then the ``claimed`` and ``started`` events of the runs the UPDATE marked, made by the
+    statement from what it returned rather than built in Python run by run."""
+    marked = mark_statement(runs, started=started, worker_id=worker_id, expires=expires, now=now)
+    ctes = [f"marked AS ({marked.sql} RETURNING id, attempts, state)"]
+    ctes += [f"along{i} AS ({st.sql})" for i, st in enumerate(along)]
+    params = [*marked.params, *chain.from_iterable(st.params for st in along)]
+    select, into = _marked_events_sql()
+    if any(prior.values()):
+        source, bound = bulk.rows_source(RunEvent, prior)
+        select = f"SELECT * FROM {source} UNION ALL {select}"  # noqa: S608 - db.bulk's own SQL
+        params += bound
+    ids = _pg_array([run.pk for run in runs])
+    params += [worker_id, now, ids, worker_id, now, ids]
+    bulk.execute(f"WITH {', '.join(ctes)} {into}{select}", params, last=True)
+
+
 def _mark_params(ids: list[int], started: int, *, worker_id: str, expires: datetime, now: datetime) -> list[Any]:
     """``_mark_sql``'s parameters: the first ``started`` of ``ids`` run, the others are leased."""
     adapt = bulk.datetime_adapter()
-    as_array: Callable[[list[int]], Any] = (lambda keys: keys) if connection.vendor == "postgresql" else json.dumps
+    as_array: Callable[[list[int]], Any] = _pg_array if connection.vendor == "postgresql" else json.dumps
     first = as_array(ids[:started])
     return [first, worker_id, adapt(expires), first, adapt(now), adapt(now), as_array(ids)]
+
+
+def _pg_array(ids: list[int]) -> str:
+    """PostgreSQL: the text of an array of ids (``{1,2,3}``), cast by the statement."""
+    return "{" + ",".join(map(str, ids)) + "}"
 
 
 def _mark_instances(runs: Sequence[Run], *, started: int, worker_id: str, expires: datetime, now: datetime) -> None:

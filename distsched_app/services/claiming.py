@@ -159,12 +159,27 @@ def claim_runs(
             return []
         # Keys alone suffice: the rows read above are locked until COMMIT (see the module docstring).
         started = candidates if start_all else candidates[:1]
-        # Written with the events below (with the limit holds admission took): one round trip on PostgreSQL.
+        along = gate.writes if limited else []  # the limit holds admission took
+        if connection.vendor == "postgresql":
+            # One statement, which also COMMITs: the runs marked, the holds, the events.
+            prior = events.columns(new_events)
+            if prior is None:  # exception details: the ORM writes those (no claim event has any)
+                events.record_many(new_events)
+                prior = {}
+            claims.write_claim(
+                candidates,
+                started=len(started),
+                worker_id=worker_id,
+                expires=expires,
+                now=now,
+                prior=prior,
+                along=along,
+            )
+            return candidates
         writes = [
-            claims.mark_statement(candidates, started=len(started), worker_id=worker_id, expires=expires, now=now)
+            claims.mark_statement(candidates, started=len(started), worker_id=worker_id, expires=expires, now=now),
+            *along,
         ]
-        if limited:
-            writes += gate.writes
         for run in candidates:
             new_events.append(
                 events.NewEvent(

@@ -76,24 +76,28 @@ def record_many(events: Iterable[NewEvent], *, along: Sequence[bulk.Statement] =
     the COMMIT).
     """
     events = list(events)
-    if any(e.data is not None for e in events):
+    rows = columns(events)
+    if rows is None:
         # A failure's exception details (JSON): rare, so the ORM writes them in one INSERT.
         bulk.run_all(along)
         RunEvent.objects.bulk_create([_build(e) for e in events])
         return
-    bulk.insert_rows(
-        RunEvent,
-        {
-            "run": [e.run_id for e in events],
-            "event_type": [e.event_type for e in events],
-            "message": [_storable(e.message) if e.message else "" for e in events],
-            "worker_id": [e.worker_id for e in events],
-            "attempt": [e.attempt for e in events],
-            "created_at": [e.now for e in events],
-        },
-        along=along,
-        last=last,
-    )
+    bulk.insert_rows(RunEvent, rows, along=along, last=last)
+
+
+def columns(events: Sequence[NewEvent]) -> bulk.Columns | None:
+    """The events as ``db.bulk`` columns of ``RunEvent`` (its plain insert), or None when one
+    carries exception details (``data``), which the ORM writes."""
+    if any(e.data is not None for e in events):
+        return None
+    return {
+        "run": [e.run_id for e in events],
+        "event_type": [e.event_type for e in events],
+        "message": [_storable(e.message) if e.message else "" for e in events],
+        "worker_id": [e.worker_id for e in events],
+        "attempt": [e.attempt for e in events],
+        "created_at": [e.now for e in events],
+    }
 
 
 def history(run_id: int) -> list[RunEvent]:

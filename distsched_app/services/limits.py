@@ -283,6 +283,8 @@ class Gate:
         # (task, queue) is under, each partition's numbers once the overrides were read.
         self._locks_rows = admission.locks_rows()
         self._specs: dict[tuple[str, str], list[rules.LimitSpec]] = {}
+        # A (task, queue) under unpartitioned limits only (or none): its runs' pairs, the same for each.
+        self._shared: dict[tuple[str, str], list[tuple[rules.LimitSpec, str]]] = {}
         self._numbers: dict[tuple[str, str], rules.Numbers] = {}
         self._split: dict[str, bool] = {}
 
@@ -514,9 +516,15 @@ class Gate:
     def pairs(self, run: Run) -> list[tuple[rules.LimitSpec, str]]:
         """The (limit, partition) pairs the run is under, its keys computed once and stored."""
         where = (run.task_name, run.queue)
+        shared = self._shared.get(where)
+        if shared is not None:  # unpartitioned limits only: every such run is in their one partition
+            return shared
         specs = self._specs.get(where)
         if specs is None:
             specs = self._specs[where] = rules.applicable(*where)
+            if not any(spec.partition_by for spec in specs):
+                shared = self._shared[where] = [(spec, "") for spec in specs]
+                return shared
         if not specs:
             return []
         keys = dict(run.limit_keys or {})

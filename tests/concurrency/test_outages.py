@@ -196,16 +196,25 @@ def test_sqlite_disk_full_leaves_the_run_to_lease_expiry_and_the_worker_serving(
 @pytest.mark.django_db(transaction=True)
 def test_a_claim_interrupted_before_commit_leaves_the_run_claimable(scheduler, monkeypatch):
     """The claim is one transaction: dying between its UPDATE and its commit changes nothing."""
+    from distsched_app.db import bulk
     from distsched_app.services import claiming
 
     scheduler.create_schedule(name="c", task_name="tests.noop", interval_seconds=3600)
     [run] = scheduler.tick()
 
-    def crash(*args, **kwargs):
-        raise KeyboardInterrupt("process dies inside the claim transaction")
+    def crash_after(write):
+        def written_then_dead(*args, **kwargs):
+            write(*args, **kwargs)  # the runs marked and the events appended, in the transaction...
+            raise KeyboardInterrupt("process dies inside the claim transaction")  # ...never committed
+
+        return written_then_dead
 
     with monkeypatch.context() as patch:
-        patch.setattr(claiming.events, "record_many", crash)
+        # The claim's last write (PostgreSQL: one statement; SQLite: the events with the UPDATE),
+        # its COMMIT not sent with it, so that the process can die in between.
+        patch.setattr(bulk, "commits_early", lambda: False)
+        patch.setattr(claiming.claims, "write_claim", crash_after(claiming.claims.write_claim))
+        patch.setattr(claiming.events, "record_many", crash_after(claiming.events.record_many))
         with pytest.raises(KeyboardInterrupt):
             claiming.claim_next_run(worker_id="doomed", queues=None, lease_seconds=30, now=scheduler.now())
     run.refresh_from_db()

@@ -13,6 +13,7 @@ from distsched_app.models import (
     ACTIVE_STATES,
     TERMINAL_STATES,
     EventType,
+    LimitHold,
     Origin,
     Run,
     RunEvent,
@@ -307,3 +308,13 @@ def test_postgresql_prune_walks_the_finished_index_in_order_below_the_cutoff(sch
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index Scan using distsched_run_finished" in plan, plan
     assert "finished_at <" in plan and "Sort" not in plan, plan
+
+
+def test_pruned_runs_take_their_limit_holds_with_them_though_the_database_does_not_enforce_the_key(sched):
+    # LimitHold.run has no constraint in the database (migration 0029): the cascade is the prune's.
+    old = make_run(sched, RunState.SUCCEEDED, finished_at=T0 - 40 * DAY)
+    keep = make_run(sched, RunState.SUCCEEDED, finished_at=T0 - 10 * DAY)
+    for run in (old, keep):
+        LimitHold.objects.create(run=run, limit="one", key="", attempt=1, worker_id="w")
+    assert prune_runs(older_than=30 * DAY, now=T0).runs == 1
+    assert list(LimitHold.objects.values_list("run_id", flat=True)) == [keep.pk]
