@@ -12,6 +12,8 @@ binds (``concurrency: 1000``); (c) a limit on another task only (``tests.echo``,
 ``concurrency: 1``), so the no-op runs are under none. The workers get the limits through
 ``DISTSCHED_TEST_LIMITS`` (``tests/settings.py``). Wall runs/s (spawn .. all succeeded) and
 window runs/s (first ``claimed`` .. last ``succeeded`` event); medians and the ratios to (a).
+``--cap`` sets (b)'s cap (1000 by default: at most half full with four workers' batches of 128,
+so prefetched runs are admitted; 100000 is a cap no stripe comes near).
 
 **2. Claims past blocked runs.** In this process, ``--claims`` claims of one unlimited run
 each (``claim_runs(limit=1, include_expired=False)``, as a woken worker claims) and
