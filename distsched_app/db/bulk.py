@@ -180,8 +180,14 @@ def _pg_column(element: str, values: list[Any]) -> tuple[str, list[Any]]:
     if n > 1 and first is not None and values.count(first) == n and type(first) is type(values[-1]):
         return f"array_fill(%b::{element}, ARRAY[%b::int])", [first, n]
     if n and all(type(v) is int for v in values):
-        return f"%b::text::{element}[]", ["{" + ",".join(map(str, values)) + "}"]
+        return f"%b::text::{element}[]", [int_array_text(values)]
     return f"%b::{element}[]", [values]
+
+
+def int_array_text(values: Iterable[int]) -> str:
+    """PostgreSQL: the text of an array of integers (``{1,2,3}``), for a statement to cast
+    (``%s::text::bigint[]``): psycopg packs a list element by element in Python."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _memoized(adapt: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -399,7 +399,7 @@ def write_claim(
         source, bound = bulk.rows_source(RunEvent, prior)
         select = f"SELECT * FROM {source} UNION ALL {select}"  # noqa: S608 - db.bulk's own SQL
         params += bound
-    ids = _pg_array([run.pk for run in runs])
+    ids = bulk.int_array_text(run.pk for run in runs)
     params += [worker_id, now, ids, worker_id, now, ids]
     bulk.execute(f"WITH {', '.join(ctes)} {into}{select}", params, last=True)
 
@@ -407,14 +407,9 @@ def write_claim(
 def _mark_params(ids: list[int], started: int, *, worker_id: str, expires: datetime, now: datetime) -> list[Any]:
     """``_mark_sql``'s parameters: the first ``started`` of ``ids`` run, the others are leased."""
     adapt = bulk.datetime_adapter()
-    as_array: Callable[[list[int]], Any] = _pg_array if connection.vendor == "postgresql" else json.dumps
+    as_array: Callable[[list[int]], Any] = bulk.int_array_text if connection.vendor == "postgresql" else json.dumps
     first = as_array(ids[:started])
     return [first, worker_id, adapt(expires), first, adapt(now), adapt(now), as_array(ids)]
-
-
-def _pg_array(ids: list[int]) -> str:
-    """PostgreSQL: the text of an array of ids (``{1,2,3}``), cast by the statement."""
-    return "{" + ",".join(map(str, ids)) + "}"
 
 
 def _mark_instances(runs: Sequence[Run], *, started: int, worker_id: str, expires: datetime, now: datetime) -> None:

@@ -524,9 +524,7 @@ class Gate:
             specs = self._specs[where] = rules.applicable(*where)
             if not any(spec.partition_by for spec in specs):
                 shared = self._shared[where] = [(spec, "") for spec in specs]
-                return shared
-        if not specs:
-            return []
+                return shared  # none at all among them: []
         keys = dict(run.limit_keys or {})
         out, changed = [], False
         for spec in specs:
