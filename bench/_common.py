@@ -301,6 +301,35 @@ def rss_mb(pid: int) -> tuple[float, float] | None:
     return values["VmRSS"], values.get("VmHWM", values["VmRSS"])
 
 
+def server_cpu_seconds() -> float | None:
+    """CPU seconds the local PostgreSQL server's processes have used so far (user and system: each
+    live process's own, and the ended backends' its postmaster collected), from ``/proc``; None
+    when none is readable (SQLite, a server on another machine, no ``/proc``). Differences of two
+    readings give the server's share of a step: on a shared machine a steadier measure than wall
+    time, which other guests' load stretches."""
+    total, found = 0, False
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "postgres":
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found = True
+        total += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+    return total / os.sysconf("SC_CLK_TCK") if found else None
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds (user and system) of this process's child processes that have been waited for."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 # -- seeding -------------------------------------------------------------------
 
 

@@ -11,7 +11,10 @@ in one run, ``--repeat`` times: (a) no ``LIMITS``; (b) a limit on ``tests.noop``
 binds (``concurrency: 1000``); (c) a limit on another task only (``tests.echo``,
 ``concurrency: 1``), so the no-op runs are under none. The workers get the limits through
 ``DISTSCHED_TEST_LIMITS`` (``tests/settings.py``). Wall runs/s (spawn .. all succeeded) and
-window runs/s (first ``claimed`` .. last ``succeeded`` event); medians and the ratios to (a).
+window runs/s (first ``claimed`` .. last ``succeeded`` event), and the CPU time a run cost: the
+workers' (start-up included) and the local PostgreSQL server's (``/proc``; none on SQLite), whose
+ratio other guests' load on a shared machine moves far less than wall time's. Medians and the
+ratios to (a) (for CPU, (a)'s µs a run over the leg's: runs per CPU second).
 ``--cap`` sets (b)'s cap (1000 by default: at most half full with four workers' batches of 128,
 so prefetched runs are admitted; 100000 is a cap no stripe comes near).
 
@@ -175,6 +178,7 @@ def not_binding(args) -> tuple[dict[str, Any], bool]:
             c.analyze()
             env = {"DISTSCHED_TEST_LIMITS": json.dumps(value) if value else ""}
             logs = [c.scratch_dir(NAME) / f"w-{rep}-{leg}-{i}.log" for i in range(args.workers)]
+            cpu_workers, cpu_server = c.children_cpu_seconds(), c.server_cpu_seconds()
             start = time.perf_counter()
             commands = [
                 c.worker_command(worker_id=f"{leg}{rep}-{i}", poll_interval=0.05, burst=True, extra=[])
@@ -188,6 +192,9 @@ def not_binding(args) -> tuple[dict[str, Any], bool]:
             wall = time.perf_counter() - start
             for proc in procs:
                 proc.wait(timeout=60)
+            cpu_workers = c.children_cpu_seconds() - cpu_workers
+            server_after = c.server_cpu_seconds()
+            cpu_server = server_after - cpu_server if server_after is not None and cpu_server is not None else 0.0
             done = c.succeeded_count()
             check = throughput.verify(args.runs)
             first, last = throughput.event_window()
@@ -200,6 +207,8 @@ def not_binding(args) -> tuple[dict[str, Any], bool]:
                 "wall_s": wall,
                 "wall_runs_per_s": done / wall,
                 "window_runs_per_s": done / window if window else float("nan"),
+                "cpu_us_per_run": (cpu_workers + cpu_server) * 1e6 / max(done, 1),
+                "worker_cpu_us_per_run": cpu_workers * 1e6 / max(done, 1),
                 "exit_codes": [p.returncode for p in procs],
                 "problems": check["problems"],
                 "notes": check["notes"],
@@ -212,7 +221,7 @@ def not_binding(args) -> tuple[dict[str, Any], bool]:
                     print(f"--- {log.name}\n{c.tail(log)}", file=sys.stderr)
     print(
         c.table(
-            ["rep", "leg", "LIMITS", "wall runs/s", "window runs/s", "events ok"],
+            ["rep", "leg", "LIMITS", "wall runs/s", "window runs/s", "CPU µs/run", "workers'", "events ok"],
             [
                 [
                     r["repeat"],
@@ -220,6 +229,8 @@ def not_binding(args) -> tuple[dict[str, Any], bool]:
                     r["label"],
                     r["wall_runs_per_s"],
                     r["window_runs_per_s"],
+                    r["cpu_us_per_run"],
+                    r["worker_cpu_us_per_run"],
                     "yes" if not r["problems"] else "NO",
                 ]
                 for r in rows
@@ -233,15 +244,17 @@ def not_binding(args) -> tuple[dict[str, Any], bool]:
             "label": label,
             "wall": c.median([r["wall_runs_per_s"] for r in mine]),
             "window": c.median([r["window_runs_per_s"] for r in mine]),
+            "cpu": c.median([r["cpu_us_per_run"] for r in mine]),
         }
     print("  medians (ratio to a):")
     for leg, m in medians.items():
         ratio_wall = m["wall"] / medians["a"]["wall"]
         ratio_window = m["window"] / medians["a"]["window"]
-        m.update(ratio_wall=ratio_wall, ratio_window=ratio_window)
+        ratio_cpu = medians["a"]["cpu"] / m["cpu"]  # runs per CPU second, against (a)'s
+        m.update(ratio_wall=ratio_wall, ratio_window=ratio_window, ratio_cpu=ratio_cpu)
         print(
             f"    ({leg}) {m['label']:<32} {m['wall']:8.0f} wall, {m['window']:8.0f} window runs/s"
-            f"   x{ratio_wall:.2f} / x{ratio_window:.2f}"
+            f"   x{ratio_wall:.2f} / x{ratio_window:.2f}; {m['cpu']:6.0f} CPU µs/run x{ratio_cpu:.2f}"
         )
     return {"rows": rows, "medians": medians}, ok
 

@@ -7,8 +7,8 @@
 
 N no-op runs are enqueued one call each (as ``peers.py`` enqueues them), then one
 ``Worker`` drains them with ``run(burst=True)`` in this process. It prints the drain rate,
-wall and CPU time per run (the worker's main thread, and the whole process), and the
-garbage collector's passes. ``--split`` also prints the main thread's CPU time per step of
+wall and CPU time per run (the worker's main thread, the whole process, and a local PostgreSQL
+server's processes), and the garbage collector's passes. ``--split`` also prints the main thread's CPU time per step of
 the hot path (claim, building the runs, the task call, recording the outcomes) and per SQL
 statement (through Django's execute wrapper), per run: where a change to the hot path should
 show. The wrappers cost time themselves, so compare ``--split`` runs only with each other.
@@ -114,10 +114,12 @@ def main() -> None:
         worker = Worker(
             worker_id="steady", poll_interval=0.05, **({"prefetch": args.prefetch} if args.prefetch else {})
         )
+        server = c.server_cpu_seconds()
         wall, thread, process = time.perf_counter(), time.thread_time(), time.process_time()
         done = worker.run(burst=True, install_signals=False)
         wall, thread = time.perf_counter() - wall, time.thread_time() - thread
         process = time.process_time() - process
+        server_after = c.server_cpu_seconds()
         gc.callbacks.remove(on_gc)
         if done != args.runs:
             raise SystemExit(f"the worker ran {done} runs, not {args.runs}")
@@ -126,6 +128,7 @@ def main() -> None:
         print(
             f"per run: {wall * per:.1f} µs wall, {thread * per:.1f} µs main-thread CPU, "
             f"{process * per:.1f} µs process CPU"
+            + (f", {(server_after - server) * per:.1f} µs server CPU" if server is not None and server_after else "")
         )
         print(
             "gc passes (generation: count, ms): "

@@ -18,7 +18,9 @@ pipeline is skipped and the savepoint rolled back: the claim goes on without the
 over ``STRIPES`` transaction-level advisory locks, each admitting up to its share of the cap
 (the hold records its stripe). A claim tries them from its preferred one and takes the first
 free one without waiting (``pg_try_advisory_xact_lock``): claims of several workers then admit
-side by side instead of queueing on the partition's row. The count that follows is per stripe.
+side by side instead of queueing on the partition's row. The count that follows is per stripe:
+the live holds of the stripe locked, exactly, and the hold rows of the others, an upper bound
+(``holds.one_stripe_sql``).
 Anything that must see the whole limit (blocking a run, a cap too small to split) locks the row
 and then every stripe, waiting; so a stripe's count is exact under its lock, and the whole
 limit's under all of them.
@@ -101,7 +103,9 @@ class Locked:
     holders: int  # the partition's live holds, counted after the lock was granted
     overrides: dict[str, dict[str, Any]] | None  # {limit: numbers} in force, when asked for
     stripe: int | None = None  # a striped lock's: the one stripe locked (None: all, or none free)
-    by_stripe: dict[int, int] | None = None  # a striped lock's: live holds per stripe (exact for those locked)
+    # A striped lock's holds per stripe: live ones, exactly, of those locked; of the others (one
+    # stripe tried) an upper bound, their hold rows.
+    by_stripe: dict[int, int] | None = None
 
 
 def begins_transaction() -> bool:
@@ -162,6 +166,26 @@ def lock_and_count(
     return None if locked is None else locked[(limit, key)]
 
 
+def _one_stripe_counts(
+    rows: Sequence[tuple], stripe: int | None, tried: int | None, pair: tuple[str, str], now: datetime
+) -> dict[int, int]:
+    """A tried stripe's counts (``holds.one_stripe_sql`` rows): the hold rows of each stripe (an
+    upper bound of its live holds) and, for the stripe locked, its live holds. Live holds were
+    looked up for the stripe tried first; when another one was free, that one's are counted now
+    (the lock is held: the count is as exact as in the pipeline)."""
+    counts = {int(s): int(n) for s, n, _ in rows}
+    if stripe is None:
+        return counts
+    if tried is not None and stripe == tried % STRIPES:
+        live = next((int(n) for s, _, n in rows if int(s) == stripe), 0)
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(holds.live_by_stripe_sql(), [pair[0], now, pair[1]])
+            live = next((int(n) for s, n in cursor.fetchall() if int(s) == stripe), 0)
+    counts[stripe] = live
+    return counts
+
+
 def pick_and_lock(
     pick: tuple[str, Sequence[Any]] | None,
     pairs: Sequence[tuple[str, str]],
@@ -211,9 +235,10 @@ def pick_and_lock(
                     if prefer is None:
                         lockers[i].execute(_lock_sql(first), [*at, limit, key])
                         stripers[i].execute(ALL_STRIPES_SQL, [lock_key])
+                        counters[i].execute(holds.live_by_stripe_sql(), [limit, now, key])
                     else:
                         lockers[i].execute(_try_stripe_sql(first), [*at, prefer % STRIPES, lock_key])
-                    counters[i].execute(holds.live_by_stripe_sql(), [limit, now, key])
+                        counters[i].execute(holds.one_stripe_sql(), [prefer % STRIPES, now, limit, key])
                 if waits:
                     control.execute("SET LOCAL lock_timeout TO DEFAULT")
                     control.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
@@ -230,11 +255,13 @@ def pick_and_lock(
             assert one is not None  # noqa: S101 - the locking statement returns one row
             values, *row = one
             stripe, by_stripe = None, None
-            if pair in stripes:
+            if pair in stripes and stripes[pair] is None:  # the row and every stripe: all counted exactly
                 by_stripe = {int(s): int(n) for s, n in counters[i].fetchall()}
                 n = sum(by_stripe.values())
-                if stripes[pair] is not None:  # one stripe tried: no row locked
-                    stripe, row = (None if row[0] is None else int(row[0])), [None]
+            elif pair in stripes:  # one stripe tried: no row locked, the stripe locked counted exactly
+                stripe, row = (None if row[0] is None else int(row[0])), [None]
+                by_stripe = _one_stripe_counts(counters[i].fetchall(), stripe, stripes[pair], pair, now)
+                n = sum(by_stripe.values())
             else:
                 total = counters[i].fetchone()
                 assert total is not None  # noqa: S101 - a count returns one row

@@ -129,6 +129,29 @@ def live_by_stripe_sql() -> str:
     return live_sql(by_key=True).replace("SELECT count(*)", "SELECT h.stripe, count(*)", 1) + " GROUP BY h.stripe"
 
 
+@cache
+def one_stripe_sql() -> str:
+    """Per stripe of a limit's partition, for a claim that tried one stripe's lock: ``(stripe,
+    holds, live)`` rows, ``holds`` every hold row of the stripe and ``live`` those that count
+    (``live_sql``'s test), looked up only for the stripe tried (``%s``; then ``%s`` the time,
+    ``%s`` the limit, ``%s`` the key). A stripe with no hold is left out.
+
+    A claim admitting under one stripe's lock needs that stripe's live holds exactly. Of the
+    others it needs an upper bound only (whether the whole limit is at most half full, whether a
+    stripe is over its share), and a hold row is one: a hold is deleted in the transaction that
+    ends its attempt, so the rows outnumber the live holds only by leases expired and not yet
+    recovered. Looking up each hold's run is most of the count's cost (a key lookup per hold, and
+    a busy limit has hundreds), so it is done for the one stripe it is needed for."""
+    holds, runs = _q(LimitHold._meta.db_table), _q(Run._meta.db_table)
+    leased = ", ".join(f"'{s}'" for s in LEASED_STATES)  # enum literals
+    return (
+        "SELECT h.stripe, count(*), count(CASE WHEN h.stripe = %s THEN CASE WHEN "  # noqa: S608
+        f"(SELECT r.state IN ({leased}) AND r.lease_expires_at > %s AND r.attempts = h.attempt "
+        f'FROM {runs} AS r WHERE r.id = h.run_id) THEN 1 END END) FROM {holds} AS h WHERE h."limit" = %s '
+        'AND h."key" = %s GROUP BY h.stripe'
+    )
+
+
 def count_live(limit: str, now: datetime, *, key: str | None = None, worker_id: str | None = None) -> int:
     """Holds of the limit (of one partition, of one worker's runs) that count: their run still
     leased or running at the admitted attempt, with a live lease. A statement written once per

@@ -228,6 +228,7 @@ class _Stripes:
     mine: Counter[int]
     cap: int | None = None  # the whole-limit path's cap, read by ``finish``
     over: bool | None = None  # a stripe over its share (a lowered cap), once looked at: only ``one``'s count grows
+    share: int | None = None  # ``one``'s share of the cap, once ``over`` was found False
 
 
 @dataclass
@@ -287,6 +288,7 @@ class Gate:
         self._shared: dict[tuple[str, str], list[tuple[rules.LimitSpec, str]]] = {}
         self._numbers: dict[tuple[str, str], rules.Numbers] = {}
         self._split: dict[str, bool] = {}
+        self._splittable: dict[tuple[str, str], bool] = {}  # a partition's numbers split over stripes
 
     def pick(self, statement: tuple[str, Sequence[Any]]) -> list[tuple] | None:
         """The claim's first read of candidates (``statement``: ``db.claims.waiting_statement``),
@@ -353,7 +355,13 @@ class Gate:
         no stripe was free, the claim holds the whole limit already, a stripe is over its share
         (a lowered cap), or this one's share is used up: then the whole limit decides."""
         pair = (limit, key)
-        if not _splittable(numbers):
+        held = self._stripes.get(pair)
+        if held is not None and held.one is not None and held.share is not None and held.counts[held.one] < held.share:
+            return held  # its stripe, with room (the checks below passed once this claim, and hold)
+        splittable = self._splittable.get(pair)
+        if splittable is None:  # once per claim (a setting is read): ``numbers`` are fixed for it
+            splittable = self._splittable[pair] = _splittable(numbers)
+        if not splittable:
             return None
         if pair not in self._stripes and pair not in self._tried:
             read = self._overrides is None
@@ -380,7 +388,8 @@ class Gate:
             held.over = any(held.counts[i] > stripe_share(cap, i) for i in held.counts)
         if held.over:
             return None
-        return held if held.counts[held.one] < stripe_share(cap, held.one) else None
+        held.share = stripe_share(cap, held.one)
+        return held if held.counts[held.one] < held.share else None
 
     def _holds_whole(self, pair: tuple[str, str]) -> bool:
         """This claim holds a striped partition's row and every stripe (``_whole`` granted)."""
@@ -609,12 +618,11 @@ class Gate:
             ):
                 return self._throttle(run, spec, key, numbers, partition.row)
             taken.append((spec, key, partition, numbers, self._whole_stripe((spec.name, key), numbers) if split else 0))
-        count = len(taken) + len(one_stripe)
         for spec, key, held in one_stripe:
             assert held.one is not None  # noqa: S101
             held.counts[held.one] += 1
             held.mine[held.one] += 1
-            self._hold(run, spec.name, key, held.one)
+            self._hold(run, spec.name, key, held.one, tight=not roomy)
         for spec, key, partition, numbers, stripe in taken:
             if (spec.name, key) in self._stripes:
                 self._stripes[(spec.name, key)].counts[stripe] += 1
@@ -628,21 +636,27 @@ class Gate:
             if numbers.total is not None:
                 self._totals[spec.name] = (self._totals[spec.name] or 0) + 1
             self._local[spec.name] += 1
-            self._hold(run, spec.name, key, stripe)
+            self._hold(run, spec.name, key, stripe, tight=not roomy)
         if run.attempts:
             self._again.append(run.pk)  # a retry or a re-run: its earlier attempt's holds are replaced
         self.limited.append(run.pk)
         if not roomy:
             self.tight.add(run.pk)
-        for hold in self._holds[-count:]:
-            hold.tight = not roomy
         return Verdict.ADMIT
 
-    def _hold(self, run: Run, limit: str, key: str, stripe: int) -> None:
+    def _hold(self, run: Run, limit: str, key: str, stripe: int, *, tight: bool) -> None:
         """Record the hold this claim writes for ``run``'s next attempt under ``limit``'s ``key``."""
         attempt = run.attempts + 1
         self._holds.append(
-            _Hold(run_id=run.pk, limit=limit, key=key, attempt=attempt, worker_id=self.worker_id, stripe=stripe)
+            _Hold(
+                run_id=run.pk,
+                limit=limit,
+                key=key,
+                attempt=attempt,
+                worker_id=self.worker_id,
+                tight=tight,
+                stripe=stripe,
+            )
         )
 
     def finish(self) -> None:

@@ -16,7 +16,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 
 from distsched_app.db import admission
 from distsched_app.models import LimitHold, Run, RunState
@@ -275,3 +275,37 @@ def test_a_hold_count_reads_each_holds_run_by_its_key_whatever_the_statistics(st
     assert holds.count_live("wide", T0, worker_id="w1") == len(ids)
     assert holds.count_live("wide", T0, worker_id="w2") == 0
     assert holds.count_live("wide", T0 + timedelta(seconds=31), key="") == 0  # their leases expired
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_counts_its_stripes_live_holds_exactly_and_the_other_stripes_hold_rows(striped, clock):
+    """A claim admitting under one stripe's lock looks up the runs of that stripe's holds alone
+    (a key lookup a hold, most of a busy limit's count); of the other stripes it takes the hold
+    rows, an upper bound. Here every lease has expired: no hold is live, every stripe keeps one
+    row. Whether the stripe tried first was free, or another transaction held it and the next
+    one was locked instead, the stripe locked counts 0 and every other one 1."""
+    if not is_postgres():
+        pytest.skip("stripes are PostgreSQL's (SQLite's claim holds the write lock)")
+    _add(CAP)
+    clock.advance(1)
+    assert len(_claim("w1", clock.now(), limit=CAP)) == CAP
+    assert Counter(LimitHold.objects.values_list("stripe", flat=True)) == {i: 1 for i in range(admission.STRIPES)}
+    later = clock.now() + timedelta(seconds=31)  # every lease expired, no hold deleted yet
+    rows = {i: 1 for i in range(admission.STRIPES)}
+    other = connections.create_connection("default")
+    try:
+        other.set_autocommit(False)
+        with other.cursor() as cursor:  # stripe 3 locked by another transaction
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, 3)", [admission.stripe_lock_key("wide", "")])
+        with transaction.atomic():
+            taken = admission.lock_and_count("wide", "", later, timeout_ms=200, stripes=True, prefer=3)
+    finally:
+        other.rollback()
+        other.close()
+    assert taken is not None and taken.stripe == 4
+    assert taken.by_stripe == {**rows, 4: 0}
+    with transaction.atomic():
+        tried = admission.lock_and_count("wide", "", later, timeout_ms=200, stripes=True, prefer=5)
+    assert tried is not None and tried.stripe == 5
+    assert tried.by_stripe == {**rows, 5: 0}
+    assert limits.in_use("wide", later, key="") == 0
