@@ -8,8 +8,9 @@
 N no-op runs are enqueued one call each (as ``peers.py`` enqueues them), then one
 ``Worker`` drains them with ``run(burst=True)`` in this process. It prints the drain rate,
 wall and CPU time per run (the worker's main thread, the whole process, and a local PostgreSQL
-server's processes), and the garbage collector's passes. ``--split`` also prints the main thread's CPU time per step of
-the hot path (claim, building the runs, the task call, recording the outcomes) and per SQL
+server's processes), and the garbage collector's passes. ``--split`` also prints the main
+thread's CPU time per step of the hot path (claim, building the runs, the task call, recording
+the outcomes) and per SQL
 statement (through Django's execute wrapper), per run: where a change to the hot path should
 show. The wrappers cost time themselves, so compare ``--split`` runs only with each other.
 """
@@ -128,7 +129,11 @@ def main() -> None:
         print(
             f"per run: {wall * per:.1f} µs wall, {thread * per:.1f} µs main-thread CPU, "
             f"{process * per:.1f} µs process CPU"
-            + (f", {(server_after - server) * per:.1f} µs server CPU" if server is not None and server_after else "")
+            + (
+                f", {(server_after - server) * per:.1f} µs server CPU"
+                if server is not None and server_after is not None
+                else ""
+            )
         )
         print(
             "gc passes (generation: count, ms): "

@@ -171,18 +171,16 @@ def _one_stripe_counts(
 ) -> dict[int, int]:
     """A tried stripe's counts (``holds.one_stripe_sql`` rows): the hold rows of each stripe (an
     upper bound of its live holds) and, for the stripe locked, its live holds. Live holds were
-    looked up for the stripe tried first; when another one was free, that one's are counted now
-    (the lock is held: the count is as exact as in the pipeline)."""
+    looked up for the stripe tried first; when another one was free, the same statement runs
+    again for that one (the lock is held: the count is as exact as in the pipeline)."""
     counts = {int(s): int(n) for s, n, _ in rows}
     if stripe is None:
         return counts
-    if tried is not None and stripe == tried % STRIPES:
-        live = next((int(n) for s, _, n in rows if int(s) == stripe), 0)
-    else:
+    if tried is None or stripe != tried % STRIPES:
         with connection.cursor() as cursor:
-            cursor.execute(holds.live_by_stripe_sql(), [pair[0], now, pair[1]])
-            live = next((int(n) for s, n in cursor.fetchall() if int(s) == stripe), 0)
-    counts[stripe] = live
+            cursor.execute(holds.one_stripe_sql(), [stripe, now, *pair])
+            rows = cursor.fetchall()
+    counts[stripe] = next((int(n) for s, _, n in rows if int(s) == stripe), 0)
     return counts
 
 

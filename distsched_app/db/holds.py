@@ -99,6 +99,17 @@ def release(run_ids: Collection[int], *, prefix: str, along: Sequence[bulk.State
         return out
 
 
+def _live() -> str:
+    """Whether hold ``h`` counts at a time (``%s``): its run leased or running at the hold's attempt,
+    its lease live. A scalar subquery reading the run by its primary key (see ``live_sql``)."""
+    runs = _q(Run._meta.db_table)
+    leased = ", ".join(f"'{s}'" for s in LEASED_STATES)  # enum literals
+    return (
+        f"(SELECT r.state IN ({leased}) AND r.lease_expires_at > %s AND r.attempts = h.attempt "  # noqa: S608
+        f"FROM {runs} AS r WHERE r.id = h.run_id)"
+    )
+
+
 @cache
 def live_sql(*, by_key: bool = False, by_worker: bool = False) -> str:
     """The count of live holds of a limit (``%s``), at a time (``%s``), of a partition (``%s``),
@@ -110,11 +121,7 @@ def live_sql(*, by_key: bool = False, by_worker: bool = False) -> str:
     and walked every leased run's index entry for each hold: a partition of 64 holds took 0.9 ms
     (2,016 rows read and dropped) instead of 64 key lookups, on every claim."""
     holds, runs = _q(LimitHold._meta.db_table), _q(Run._meta.db_table)
-    leased = ", ".join(f"'{s}'" for s in LEASED_STATES)  # enum literals
-    sql = (
-        f'SELECT count(*) FROM {holds} AS h WHERE h."limit" = %s AND (SELECT r.state IN ({leased}) '  # noqa: S608
-        f"AND r.lease_expires_at > %s AND r.attempts = h.attempt FROM {runs} AS r WHERE r.id = h.run_id)"
-    )
+    sql = f'SELECT count(*) FROM {holds} AS h WHERE h."limit" = %s AND {_live()}'  # noqa: S608 - table names
     if by_key:
         sql += ' AND h."key" = %s'
     if by_worker:
@@ -142,13 +149,10 @@ def one_stripe_sql() -> str:
     ends its attempt, so the rows outnumber the live holds only by leases expired and not yet
     recovered. Looking up each hold's run is most of the count's cost (a key lookup per hold, and
     a busy limit has hundreds), so it is done for the one stripe it is needed for."""
-    holds, runs = _q(LimitHold._meta.db_table), _q(Run._meta.db_table)
-    leased = ", ".join(f"'{s}'" for s in LEASED_STATES)  # enum literals
+    holds = _q(LimitHold._meta.db_table)
     return (
-        "SELECT h.stripe, count(*), count(CASE WHEN h.stripe = %s THEN CASE WHEN "  # noqa: S608
-        f"(SELECT r.state IN ({leased}) AND r.lease_expires_at > %s AND r.attempts = h.attempt "
-        f'FROM {runs} AS r WHERE r.id = h.run_id) THEN 1 END END) FROM {holds} AS h WHERE h."limit" = %s '
-        'AND h."key" = %s GROUP BY h.stripe'
+        f"SELECT h.stripe, count(*), count(CASE WHEN h.stripe = %s THEN CASE WHEN {_live()} THEN 1 END END) "  # noqa: S608
+        f'FROM {holds} AS h WHERE h."limit" = %s AND h."key" = %s GROUP BY h.stripe'
     )
 
 

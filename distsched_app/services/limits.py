@@ -288,7 +288,6 @@ class Gate:
         self._shared: dict[tuple[str, str], list[tuple[rules.LimitSpec, str]]] = {}
         self._numbers: dict[tuple[str, str], rules.Numbers] = {}
         self._split: dict[str, bool] = {}
-        self._splittable: dict[tuple[str, str], bool] = {}  # a partition's numbers split over stripes
 
     def pick(self, statement: tuple[str, Sequence[Any]]) -> list[tuple] | None:
         """The claim's first read of candidates (``statement``: ``db.claims.waiting_statement``),
@@ -358,10 +357,7 @@ class Gate:
         held = self._stripes.get(pair)
         if held is not None and held.one is not None and held.share is not None and held.counts[held.one] < held.share:
             return held  # its stripe, with room (the checks below passed once this claim, and hold)
-        splittable = self._splittable.get(pair)
-        if splittable is None:  # once per claim (a setting is read): ``numbers`` are fixed for it
-            splittable = self._splittable[pair] = _splittable(numbers)
-        if not splittable:
+        if not _splittable(numbers):
             return None
         if pair not in self._stripes and pair not in self._tried:
             read = self._overrides is None
